@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * store: the checkpoint root on a POSIX file system, shared by ckptd and the
+ * tools (libckptstore, internal). Layout and formats: proto/FORMAT.md.
+ *
+ * Functions return 0 (or a count) or -errno. Where an `err` buffer is
+ * taken, a failure leaves a one-line reason there naming the file.
+ */
+#ifndef CKPT_STORE_H
+#define CKPT_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+/* Cleanup helpers (defined once, for ckptd and the tools). */
+void store_freep(void *p);
+void store_closep(int *fd);
+#define _cleanup_free_ __attribute__((cleanup(store_freep)))
+#define _cleanup_close_ __attribute__((cleanup(store_closep)))
+/* Hand a cleanup-managed value to someone else. */
+#define TAKE_PTR(p) ({ __typeof__(p) _p = (p); (p) = NULL; _p; })
+#define TAKE_FD(fd) ({ int _fd = (fd); (fd) = -1; _fd; })
+
+/* Write buf to dirfd/name durably: name.tmp, write, fsync, rename, fsync
+ * the directory. */
+int store_write_file_durable(int dirfd, const char *name, const void *buf,
+			     size_t len);
+/* Read a whole file (at most max bytes) into a new buffer (*out, free()),
+ * NUL-terminated for convenience; *len excludes the NUL. */
+int store_read_file(int dirfd, const char *name, size_t max, void **out,
+		    size_t *len);
+/* Remove dirfd/name and everything under it (no symlinks followed). */
+int store_remove_tree(int dirfd, const char *name);
+int store_fsync_dir(int dirfd);
+
+/* Job directories under root (names valid per ckpt_job_name_check), sorted.
+ * *jobs is an array of strings; free with store_strv_free. */
+int store_list_jobs(int rootfd, char ***jobs, size_t *count);
+void store_strv_free(char **v, size_t count);
+
+/* Step directories of a job, ascending. With committed_only, only those
+ * holding MANIFEST.json. *steps: free(). */
+int store_list_steps(int jobfd, bool committed_only, uint64_t **steps,
+		     size_t *count);
+
+/* Read and decode a step's MANIFEST.json. */
+int store_read_manifest(int jobfd, uint64_t step, struct ckpt_manifest *m,
+			char *err, size_t errlen);
+/* Read and decode rank's index; if sha256 is non-NULL, the file's digest
+ * must match it (else -EBADMSG, "index digest mismatch"). */
+int store_read_index(int stepfd, uint32_t rank, const uint8_t *sha256,
+		     struct ckpt_index *idx, char *err, size_t errlen);
+/* SHA-256 of a buffer (OpenSSL). */
+void store_sha256(const void *buf, size_t len, uint8_t out[32]);
+
+/* LATEST: the step number as decimal text and a newline. */
+int store_read_latest(int jobfd, uint64_t *step);
+int store_write_latest(int jobfd, uint64_t step);
+
+/* Progress of a verification: called after each chunk. */
+typedef void (*store_progress_fn)(void *opaque, uint64_t done_bytes,
+				  uint64_t total_bytes);
+
+struct store_verify_result {
+	uint64_t bytes;        /* bytes checked */
+	uint64_t chunks;       /* chunks checked */
+	uint64_t bad_chunks;   /* mismatches */
+	char first_error[512]; /* names file, rank, step, tensor, offset */
+};
+
+/*
+ * Re-read one rank's shard of a committed step and check every chunk
+ * against its index (and the index against the manifest digest). Returns 0
+ * when everything matches, -EBADMSG on any mismatch (details in *res), or
+ * another -errno if files cannot be read.
+ */
+int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
+		      store_progress_fn progress, void *opaque,
+		      struct store_verify_result *res);
+
+/* Sum of shard and index bytes of a committed step (from the manifest). */
+uint64_t store_manifest_bytes(const struct ckpt_manifest *m);
+
+#endif

@@ -1,0 +1,304 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libckpt: hand a training rank's state to the node's ckptd and get it back.
+ *
+ * A save costs the caller one copy into shared memory; ckptd makes it durable,
+ * and commits the step once every rank of the job has it durable.
+ *
+ * Conventions
+ *  - Every function returning int returns 0 (or a count) on success and a
+ *    negative value on failure: -errno for system errors, or -CKPT_E_* for
+ *    service errors. ckpt_strerror() names both.
+ *  - Nothing here logs, exits or keeps global state. A ckpt_ctx may be used
+ *    from several threads; calls on one context are serialised internally.
+ *    A ckpt_save or ckpt_restore handle belongs to one thread at a time.
+ *  - Free functions accept NULL.
+ */
+#ifndef CKPT_H
+#define CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CKPT_EXPORT __attribute__((visibility("default")))
+#else
+#define CKPT_EXPORT
+#endif
+
+#define CKPT_VERSION_MAJOR 0
+#define CKPT_VERSION_MINOR 1
+
+/* Service errors, returned negated. Values are pinned: never renumber. */
+enum ckpt_error {
+	CKPT_E_PROTOCOL = 1000,     /* peer broke the wire protocol */
+	CKPT_E_DISCONNECTED = 1001, /* ckptd went away; reconnect and retry */
+	CKPT_E_SKIPPED = 1002,      /* save skipped: no free slot (policy "skip") */
+	CKPT_E_NO_CHECKPOINT = 1003,/* no committed step (that verifies) */
+	CKPT_E_CORRUPT = 1004,      /* checksum or format check failed */
+	CKPT_E_TOO_BIG = 1005,      /* save larger than the slot negotiated at connect */
+	CKPT_E_BAD_NAME = 1006,     /* job or tensor name refused (see PROTOCOL.md) */
+	CKPT_E_NOT_FOUND = 1007,    /* no such tensor in the restored step */
+	CKPT_E_STEP_ORDER = 1008,   /* step not greater than the previous save */
+	CKPT_E_EXISTS = 1009,       /* step already committed */
+	CKPT_E_REFUSED = 1010,      /* ckptd refused the client (credentials, limits) */
+	CKPT_E_ABORTED = 1011,      /* step abandoned: another rank failed or left */
+	CKPT_E_BUSY = 1012,         /* a slot or rank is in use */
+	CKPT_E_VERSION = 1013,      /* protocol or format version not understood */
+};
+
+/*
+ * Name of a negative return value: ckpt_strerror(-ENOSPC),
+ * ckpt_strerror(-CKPT_E_SKIPPED). Returns a static string, never NULL.
+ */
+CKPT_EXPORT const char *ckpt_strerror(int err);
+
+/* Element types. Values are pinned (they are written to disk). */
+enum ckpt_dtype {
+	CKPT_DTYPE_U8 = 1,
+	CKPT_DTYPE_I8 = 2,
+	CKPT_DTYPE_U16 = 3,
+	CKPT_DTYPE_I16 = 4,
+	CKPT_DTYPE_U32 = 5,
+	CKPT_DTYPE_I32 = 6,
+	CKPT_DTYPE_U64 = 7,
+	CKPT_DTYPE_I64 = 8,
+	CKPT_DTYPE_F16 = 9,
+	CKPT_DTYPE_BF16 = 10,
+	CKPT_DTYPE_F32 = 11,
+	CKPT_DTYPE_F64 = 12,
+	CKPT_DTYPE_BOOL = 13,
+	CKPT_DTYPE_F8E4M3 = 14,
+	CKPT_DTYPE_F8E5M2 = 15,
+};
+
+/* Bytes per element, or 0 for an unknown dtype. */
+CKPT_EXPORT size_t ckpt_dtype_size(int dtype);
+/* "f32", "bf16", ...; NULL for an unknown dtype. */
+CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
+
+#define CKPT_MAX_DIMS 8
+#define CKPT_TENSOR_NAME_MAX 255 /* bytes, without the NUL */
+#define CKPT_JOB_NAME_MAX 128
+
+/*
+ * A tensor, or this rank's slice of one. The slice is the box
+ * [offset[d], offset[d] + shape[d]) of a tensor of global_shape, stored
+ * row-major (C order). A tensor that is not split has offset 0 and
+ * shape == global_shape.
+ */
+typedef struct ckpt_tensor_desc {
+	const char *name;  /* 1..255 bytes; no '/', NUL or control chars */
+	uint32_t dtype;    /* enum ckpt_dtype */
+	uint32_t ndim;     /* 0..CKPT_MAX_DIMS; 0 is a scalar */
+	uint64_t global_shape[CKPT_MAX_DIMS];
+	uint64_t offset[CKPT_MAX_DIMS];
+	uint64_t shape[CKPT_MAX_DIMS];
+} ckpt_tensor_desc;
+
+/* Bytes of the slice the descriptor describes, or 0 if it is invalid. */
+CKPT_EXPORT uint64_t ckpt_tensor_bytes(const ckpt_tensor_desc *desc);
+
+typedef struct ckpt_ctx ckpt_ctx;
+
+typedef struct ckpt_options {
+	/* Set to sizeof(ckpt_options): lets the library grow this struct. */
+	uint32_t struct_size;
+	/* ckptd's socket; NULL: $CKPT_SOCKET, else the default
+	 * ($XDG_RUNTIME_DIR/ckptd.sock for non-root users that have it,
+	 * else /run/ckpt/ckptd.sock). Borrowed for the call only. */
+	const char *socket_path;
+	/* The job's name: 1..128 of [A-Za-z0-9._-], not starting with '.'. */
+	const char *job;
+	uint32_t rank;        /* 0..world_size-1 */
+	uint32_t world_size;  /* ranks in the job, on all nodes */
+	uint32_t local_rank;  /* rank on this node (informational) */
+	/* The largest save this rank will make: tensor bytes plus the user
+	 * blob. ckptd sizes the shared-memory slots from it. */
+	uint64_t max_save_bytes;
+	/* Milliseconds to wait for ckptd at connect; 0: 10000. */
+	uint32_t connect_timeout_ms;
+} ckpt_options;
+
+/*
+ * Connect to the node's ckptd and map the shared-memory arena it hands out.
+ * On success *out owns the connection; release it with ckpt_close().
+ * On failure *out is untouched.
+ */
+CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out);
+
+/* Close the connection and unmap the arena. Open save and restore handles
+ * of this context must be finished or closed first. */
+CKPT_EXPORT void ckpt_close(ckpt_ctx *ctx);
+
+/*
+ * Reconnect after ckptd went away (-CKPT_E_DISCONNECTED). Outcomes of saves
+ * not yet reported are reported as failed with -CKPT_E_DISCONNECTED.
+ * ckpt_save_begin() reconnects by itself; this is for callers that want to
+ * know sooner.
+ */
+CKPT_EXPORT int ckpt_reconnect(ckpt_ctx *ctx);
+
+/* Slot geometry negotiated at connect. */
+CKPT_EXPORT uint64_t ckpt_slot_bytes(const ckpt_ctx *ctx);
+CKPT_EXPORT uint32_t ckpt_slot_count(const ckpt_ctx *ctx);
+
+/*
+ * The shared arena (all slots), e.g. for cudaHostRegister(). Valid until
+ * ckpt_close() or a reconnect (which maps a new arena; compare the pointer).
+ */
+CKPT_EXPORT void *ckpt_arena(const ckpt_ctx *ctx, size_t *bytes);
+
+/* ---- Saving ----------------------------------------------------------- */
+
+typedef struct ckpt_save ckpt_save;
+
+/*
+ * Begin a save of `step` (strictly greater than this context's previous
+ * save). Takes a free slot. With no free slot ckptd's backpressure policy
+ * decides: "block" waits for one, "skip" returns -CKPT_E_SKIPPED (the
+ * skip is reported to ckptd and counted). On success *out is the handle,
+ * to be passed to ckpt_save_finish() or ckpt_save_abort().
+ */
+CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out);
+
+/* Copy a tensor (ckpt_tensor_bytes(desc) bytes at data) into the slot.
+ * The name is copied. */
+CKPT_EXPORT int ckpt_save_add(ckpt_save *save, const ckpt_tensor_desc *desc,
+			      const void *data);
+
+/*
+ * Reserve room for a tensor and return where its bytes go (*dst, in the
+ * arena, 4096-byte aligned), for callers that fill it themselves (e.g.
+ * cudaMemcpyAsync). The bytes must be in place before ckpt_save_finish().
+ */
+CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc,
+				  void **dst);
+
+/* Attach an opaque per-rank blob (RNG state, data-loader position);
+ * copied. At most one per save; a second call replaces the first. */
+CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len);
+
+/*
+ * Hand the save to ckptd. Returns once ckptd has accepted it (the data is
+ * already in shared memory): the outcome comes later, see ckpt_poll().
+ * The handle is consumed whatever the result.
+ */
+CKPT_EXPORT int ckpt_save_finish(ckpt_save *save);
+
+/* Drop a save that was begun; its slot is free again. */
+CKPT_EXPORT void ckpt_save_abort(ckpt_save *save);
+
+/* ---- Outcomes --------------------------------------------------------- */
+
+enum ckpt_state {
+	CKPT_STATE_UNKNOWN = 0,   /* not a step this context saved or heard of */
+	CKPT_STATE_PENDING = 1,   /* accepted, being written */
+	CKPT_STATE_DURABLE = 2,   /* this rank's shard is durable */
+	CKPT_STATE_COMMITTED = 3, /* every rank durable, manifest written */
+	CKPT_STATE_SKIPPED = 4,   /* not saved (backpressure) */
+	CKPT_STATE_FAILED = 5,    /* not saved; see error and reason */
+};
+
+CKPT_EXPORT const char *ckpt_state_name(int state);
+
+typedef struct ckpt_status {
+	uint64_t step;
+	int state;       /* enum ckpt_state */
+	int error;       /* 0, or -errno / -CKPT_E_* when FAILED or SKIPPED */
+	char reason[256];/* human-readable detail naming file, rank and step */
+} ckpt_status;
+
+/*
+ * Read what ckptd has reported so far, without blocking, and fill *st with
+ * what is known of `step`. Returns 0.
+ */
+CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st);
+
+/*
+ * Wait until `step` is committed, skipped or failed, or timeout_ms passes
+ * (-1: no limit). Returns 0 with *st filled, or -ETIMEDOUT.
+ */
+CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms,
+			  ckpt_status *st);
+
+/*
+ * Pop the next change of state (in arrival order) without blocking.
+ * Returns 1 with *st filled, 0 if there is none. For logging outcomes
+ * from a training loop.
+ */
+CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st);
+
+/* File descriptor that becomes readable when ckptd has news (for poll()). */
+CKPT_EXPORT int ckpt_fd(const ckpt_ctx *ctx);
+
+/* ---- Listing ---------------------------------------------------------- */
+
+/* Newest committed step of the job: 0 with *step set, or -CKPT_E_NO_CHECKPOINT. */
+CKPT_EXPORT int ckpt_latest(ckpt_ctx *ctx, uint64_t *step);
+
+/*
+ * Committed steps, oldest first. Writes at most `cap` to steps and returns
+ * how many there are in all (which may exceed cap).
+ */
+CKPT_EXPORT int ckpt_list(ckpt_ctx *ctx, uint64_t *steps, size_t cap);
+
+/* ---- Restoring -------------------------------------------------------- */
+
+#define CKPT_STEP_LATEST UINT64_MAX
+
+enum ckpt_restore_flags {
+	/* Fail rather than fall back to an older step when `step` does not
+	 * verify. */
+	CKPT_RESTORE_EXACT = 1u << 0,
+};
+
+typedef struct ckpt_restore ckpt_restore;
+
+/*
+ * Ask ckptd to read this rank's shard of `step` (or CKPT_STEP_LATEST) into
+ * a slot and verify every chunk. If it does not verify, ckptd falls back to
+ * the next older committed step unless CKPT_RESTORE_EXACT is given; then
+ * ckpt_restore_warning() says why. On success *out holds a slot until
+ * ckpt_restore_close().
+ */
+CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
+				  ckpt_restore **out);
+
+/* The step actually restored. */
+CKPT_EXPORT uint64_t ckpt_restore_step(const ckpt_restore *r);
+/* NULL, or why the requested step was not the one restored. */
+CKPT_EXPORT const char *ckpt_restore_warning(const ckpt_restore *r);
+
+/* Tensors in the shard, and their descriptors (names valid until close). */
+CKPT_EXPORT int ckpt_restore_tensor_count(const ckpt_restore *r);
+CKPT_EXPORT int ckpt_restore_tensor_at(const ckpt_restore *r, int i,
+				       ckpt_tensor_desc *desc);
+
+/*
+ * Copy tensor `name` into buf (len must equal its byte size), or, with
+ * buf NULL, only check that it exists and return -EMSGSIZE if len differs.
+ * -CKPT_E_NOT_FOUND if the step has no such tensor.
+ */
+CKPT_EXPORT int ckpt_restore_tensor(ckpt_restore *r, const char *name,
+				    void *buf, size_t len);
+
+/* Where tensor `name`'s bytes are in the arena (read-only, valid until close). */
+CKPT_EXPORT int ckpt_restore_tensor_ptr(ckpt_restore *r, const char *name,
+					const void **data, size_t *len);
+
+/* Copy the user blob into buf; returns its length (which may exceed cap, in
+ * which case nothing is copied: call again with a larger buffer). */
+CKPT_EXPORT int ckpt_restore_blob(ckpt_restore *r, void *buf, size_t cap);
+
+/* Release the slot. */
+CKPT_EXPORT void ckpt_restore_close(ckpt_restore *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

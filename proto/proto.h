@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proto: the libckpt <-> ckptd wire protocol and the on-disk formats,
+ * as pure code (no I/O). Specs: proto/PROTOCOL.md and proto/FORMAT.md.
+ *
+ * All integers are little-endian on the wire and on disk. Decoders never
+ * trust a length: every read is bounds-checked, every field validated, and
+ * a decoder either fills its output completely (caller frees it with the
+ * matching *_free) or returns a negative errno and leaves nothing to free.
+ * Decoders return -EBADMSG for malformed input, -EPROTONOSUPPORT for an
+ * unknown version, -E2BIG for input over the limits below.
+ */
+#ifndef CKPT_PROTO_H
+#define CKPT_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ckpt.h"
+
+/* ---- Limits ---------------------------------------------------------- */
+
+#define CKPT_MSG_MAX_BYTES 4096u            /* one SEQPACKET message */
+#define CKPT_MAX_TENSORS (1u << 20)         /* per rank and step */
+#define CKPT_TABLE_MAX_BYTES (256u << 20)   /* encoded tensor table */
+#define CKPT_ALIGN 4096u                    /* extent alignment in slots and shards */
+#define CKPT_CHUNK_MIN (64u << 10)
+#define CKPT_CHUNK_MAX (64u << 20)
+#define CKPT_REASON_MAX 255u                /* status/error text, bytes */
+#define CKPT_LIST_MAX 400u                  /* steps in one LIST_OK */
+#define CKPT_NO_STEP UINT64_MAX
+#define CKPT_NO_SLOT UINT32_MAX
+
+/* ---- Names ----------------------------------------------------------- */
+
+/* 0 if `job` is a valid job name (1..128 of [A-Za-z0-9._-], not starting
+ * with '.'), else -CKPT_E_BAD_NAME. len is the byte length (no NUL needed). */
+int ckpt_job_name_check(const char *job, size_t len);
+/* 0 if `name` is a valid tensor name (1..255 bytes, no '/', NUL, control
+ * chars or DEL; not "." or ".."), else -CKPT_E_BAD_NAME. */
+int ckpt_tensor_name_check(const char *name, size_t len);
+
+/* ---- Checksums -------------------------------------------------------- */
+
+/* CRC-32C (Castagnoli), standard: crc32c("123456789") == 0xE3069283.
+ * Chain calls by passing the previous result as crc (start with 0). */
+uint32_t ckpt_crc32c(uint32_t crc, const void *buf, size_t len);
+/* crc32c(A || B) from crc32c(A), crc32c(B) and len(B). */
+uint32_t ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
+/* ---- Layout ------------------------------------------------------------ */
+
+/* Names inside <root>/<job>/ and step directories (see FORMAT.md).
+ * Each writes a NUL-terminated name into buf and returns its length, or
+ * -ENAMETOOLONG. */
+int ckpt_step_dirname(char *buf, size_t cap, uint64_t step);   /* step-0000000042 */
+int ckpt_shard_filename(char *buf, size_t cap, uint32_t rank);  /* rank-000003.shard */
+int ckpt_index_filename(char *buf, size_t cap, uint32_t rank);  /* rank-000003.index */
+/* Parse "step-<10 digits>" (exactly); 0 and *step, or -EINVAL. */
+int ckpt_step_dirname_parse(const char *name, uint64_t *step);
+#define CKPT_MANIFEST_NAME "MANIFEST.json"
+#define CKPT_LATEST_NAME "LATEST"
+
+/* Default socket path: $CKPT_SOCKET, else $XDG_RUNTIME_DIR/ckptd.sock for a
+ * non-root user that has it, else /run/ckpt/ckptd.sock. */
+int ckpt_default_socket_path(char *buf, size_t cap);
+
+/* ---- Tensor tables ----------------------------------------------------- */
+
+/* One extent of a shard: a tensor slice. */
+struct ckpt_tensor {
+	char *name;        /* NUL-terminated; owned by the table's pool */
+	uint32_t dtype;
+	uint32_t ndim;
+	uint64_t global_shape[CKPT_MAX_DIMS];
+	uint64_t offset[CKPT_MAX_DIMS];
+	uint64_t shape[CKPT_MAX_DIMS];
+	uint64_t data_offset;  /* from the start of the slot / shard, CKPT_ALIGN-aligned */
+	uint64_t nbytes;       /* == product(shape) * dtype size */
+	uint32_t crc32c;       /* of the nbytes; 0 in a SAVE (ckptd fills it in) */
+};
+
+struct ckpt_table {
+	uint32_t count;
+	struct ckpt_tensor *tensors; /* count entries */
+	char *pool;                  /* names */
+};
+
+/* Bytes ckpt_table_encode() needs. */
+size_t ckpt_table_encoded_size(const struct ckpt_tensor *tensors, uint32_t count);
+/* Encode; returns bytes written or -ENOBUFS / -EINVAL. */
+ssize_t ckpt_table_encode(const struct ckpt_tensor *tensors, uint32_t count,
+			  void *buf, size_t cap);
+/* Decode and validate each entry (names, dtype, ndim, slice inside the
+ * global shape, nbytes consistent, alignment). Does not check layout. */
+int ckpt_table_decode(const void *buf, size_t len, struct ckpt_table *out);
+/* Check that extents lie inside [0, data_bytes), do not overlap each other
+ * or the blob extent [blob_offset, blob_offset + blob_bytes), and that names
+ * are unique. 0 or -EBADMSG (with a reason in err if given). */
+int ckpt_table_check_layout(const struct ckpt_table *t, uint64_t data_bytes,
+			    uint64_t blob_offset, uint64_t blob_bytes,
+			    char *err, size_t errlen);
+/* Index of the tensor called name, or -1. */
+int ckpt_table_find(const struct ckpt_table *t, const char *name);
+/* Deep copy; 0 or -ENOMEM. */
+int ckpt_table_copy(struct ckpt_table *dst, const struct ckpt_table *src);
+void ckpt_table_free(struct ckpt_table *t);
+
+/* ---- Wire messages ------------------------------------------------------ */
+
+#define CKPT_WIRE_MAGIC 0x54504b43u /* "CKPT" */
+#define CKPT_WIRE_VERSION 1u
+#define CKPT_WIRE_HDR_BYTES 16u
+
+enum ckpt_msg_type {
+	CKPT_MSG_HELLO = 1,       /* c->d */
+	CKPT_MSG_HELLO_OK = 2,    /* d->c, carries the arena memfd */
+	CKPT_MSG_SAVE = 3,        /* c->d */
+	CKPT_MSG_SAVE_OK = 4,     /* d->c */
+	CKPT_MSG_STATUS = 5,      /* d->c, unsolicited or answering QUERY */
+	CKPT_MSG_SKIP = 6,        /* c->d: a save was skipped (backpressure) */
+	CKPT_MSG_QUERY = 7,       /* c->d */
+	CKPT_MSG_LIST = 8,        /* c->d */
+	CKPT_MSG_LIST_OK = 9,     /* d->c */
+	CKPT_MSG_RESTORE = 10,    /* c->d */
+	CKPT_MSG_RESTORE_OK = 11, /* d->c */
+	CKPT_MSG_RELEASE = 12,    /* c->d: restore slot no longer needed */
+	CKPT_MSG_ERROR = 13,      /* d->c */
+	CKPT_MSG_BYE = 14,        /* c->d */
+};
+
+#define CKPT_HELLO_F_SKIP_POLICY 1u   /* HELLO_OK.flags: backpressure is "skip" */
+#define CKPT_RESTORE_F_EXACT 1u        /* RESTORE.flags */
+#define CKPT_RESTORE_OK_F_FELL_BACK 1u /* RESTORE_OK.flags */
+
+struct ckpt_msg_hello {
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint32_t rank, world_size, local_rank, flags;
+	uint64_t max_save_bytes;
+	uint32_t pid;
+};
+
+struct ckpt_msg_hello_ok {
+	uint32_t slots;
+	uint32_t flags;
+	uint64_t slot_bytes;   /* multiple of CKPT_ALIGN */
+	uint64_t arena_bytes;  /* slots * slot_bytes */
+	uint32_t chunk_bytes;
+	uint32_t reserved;
+	uint64_t latest_step;  /* CKPT_NO_STEP if none */
+};
+
+/* The slot holds: extents (tensors, blob) from offset 0, then the encoded
+ * tensor table at table_offset. */
+struct ckpt_msg_save {
+	uint64_t step;
+	uint32_t slot;
+	uint32_t flags;
+	uint64_t data_bytes;   /* end of the last extent, rounded up to CKPT_ALIGN */
+	uint64_t table_offset; /* CKPT_ALIGN-aligned, >= data_bytes */
+	uint64_t table_bytes;
+	uint64_t blob_offset;
+	uint64_t blob_bytes;
+};
+
+struct ckpt_msg_save_ok {
+	uint64_t step;
+	uint32_t slot;
+};
+
+struct ckpt_msg_status {
+	uint64_t step;
+	uint32_t state;      /* enum ckpt_state */
+	int32_t error;       /* 0 or -errno / -CKPT_E_* */
+	uint32_t slot_freed; /* slot now free again, or CKPT_NO_SLOT */
+	char reason[CKPT_REASON_MAX + 1];
+};
+
+struct ckpt_msg_step {  /* SKIP, QUERY */
+	uint64_t step;
+};
+
+struct ckpt_msg_list_ok {
+	uint32_t total;  /* committed steps in all */
+	uint32_t count;  /* in this message (the newest ones), <= CKPT_LIST_MAX */
+	uint64_t steps[CKPT_LIST_MAX]; /* ascending */
+};
+
+struct ckpt_msg_restore {
+	uint64_t step;   /* or CKPT_NO_STEP for the newest */
+	uint32_t slot;
+	uint32_t flags;
+};
+
+struct ckpt_msg_restore_ok {
+	uint64_t step;
+	uint32_t slot;
+	uint32_t flags;
+	uint64_t data_bytes;
+	uint64_t table_offset;
+	uint64_t table_bytes;
+	uint64_t blob_offset;
+	uint64_t blob_bytes;
+	char warning[CKPT_REASON_MAX + 1];
+};
+
+struct ckpt_msg_release {
+	uint32_t slot;
+};
+
+struct ckpt_msg_error {
+	int32_t code;   /* -errno or -CKPT_E_* */
+	char message[CKPT_REASON_MAX + 1];
+};
+
+struct ckpt_msg {
+	uint32_t type;  /* enum ckpt_msg_type */
+	uint32_t seq;   /* echoed in the reply */
+	union {
+		struct ckpt_msg_hello hello;
+		struct ckpt_msg_hello_ok hello_ok;
+		struct ckpt_msg_save save;
+		struct ckpt_msg_save_ok save_ok;
+		struct ckpt_msg_status status;
+		struct ckpt_msg_step step;      /* SKIP, QUERY */
+		struct ckpt_msg_list_ok list_ok;
+		struct ckpt_msg_restore restore;
+		struct ckpt_msg_restore_ok restore_ok;
+		struct ckpt_msg_release release;
+		struct ckpt_msg_error error;
+	} u;                 /* LIST and BYE have no body */
+};
+
+/* Encode into buf (CKPT_MSG_MAX_BYTES is always enough); bytes or -errno. */
+ssize_t ckpt_msg_encode(const struct ckpt_msg *m, void *buf, size_t cap);
+/* Decode and validate one whole message (header and body; trailing bytes
+ * are an error). Strings are NUL-terminated in *out. */
+int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out);
+/* How many fds a message of this type must carry (1 for HELLO_OK, else 0). */
+unsigned ckpt_msg_fd_count(uint32_t type);
+const char *ckpt_msg_type_name(uint32_t type);
+
+/* ---- Rank index (rank-R.index) ----------------------------------------- */
+
+/*
+ * Chunks: every extent (each tensor in table order, then the blob if any)
+ * is split into chunk_bytes pieces (the last one shorter); chunk_crc holds
+ * their CRC-32C in that order.
+ */
+struct ckpt_index {
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	uint32_t rank, world_size;
+	uint32_t chunk_bytes;
+	uint64_t shard_bytes;   /* file size of the shard (a CKPT_ALIGN multiple) */
+	uint64_t blob_offset, blob_bytes;
+	uint32_t blob_crc32c;
+	int64_t created_unix_ns;
+	struct ckpt_table table;
+	uint32_t chunk_count;
+	uint32_t *chunk_crc;
+};
+
+/* Number of chunks for a table plus blob at chunk_bytes. */
+uint64_t ckpt_chunk_count(const struct ckpt_table *t, uint64_t blob_bytes,
+			  uint32_t chunk_bytes);
+/* Encode into a new buffer (*out, free() it); returns bytes or -errno. */
+ssize_t ckpt_index_encode(const struct ckpt_index *idx, void **out);
+/* Decode and validate (trailer CRC, table, layout, chunk count). */
+int ckpt_index_decode(const void *buf, size_t len, struct ckpt_index *out);
+void ckpt_index_free(struct ckpt_index *idx);
+
+/* ---- Manifest (MANIFEST.json) ------------------------------------------ */
+
+struct ckpt_manifest_rank {
+	uint32_t rank;
+	uint64_t shard_bytes;
+	uint64_t blob_bytes;
+	uint32_t blob_crc32c;
+	uint8_t index_sha256[32];
+	uint64_t index_bytes;
+	struct ckpt_table table; /* data_offset, nbytes and crc32c filled in */
+};
+
+struct ckpt_manifest {
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	uint32_t world_size;
+	uint32_t chunk_bytes;
+	int64_t created_unix_ns;
+	struct ckpt_manifest_rank *ranks; /* world_size entries, ranks[i].rank == i */
+};
+
+/* Serialise to JSON (*out, NUL-terminated, free() it; *len without NUL),
+ * including the "checksum" field. 0 or -errno. */
+int ckpt_manifest_encode(const struct ckpt_manifest *m, char **out, size_t *len);
+/* Parse and validate (format name, version, checksum, every rank present
+ * once, tables). On failure err says what and where. */
+int ckpt_manifest_decode(const char *json, size_t len, struct ckpt_manifest *out,
+			 char *err, size_t errlen);
+void ckpt_manifest_free(struct ckpt_manifest *m);
+
+/* Lower-case hex of n bytes into out (2n+1 bytes). */
+void ckpt_hex(char *out, const uint8_t *bytes, size_t n);
+
+#endif

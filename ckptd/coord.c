@@ -1,1 +1,643 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The commit coordinator: jobs, their committed steps, open steps and the
+ * votes of their ranks. A step commits when every rank 0..world_size-1 has
+ * voted "durable": then a worker fsyncs the step directory, writes
+ * MANIFEST.json durably (its existence is the commit) and moves LATEST.
+ *
+ * Votes come from coord_vote(); on one node the writer casts them, and a
+ * multi-node peer link can cast remote ranks' votes through the same call.
+ * Recovery at start-up removes every step directory without a manifest.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckptd.h"
+
+#define FAILED_TOMBSTONES 64
+
+/* LATEST of one job is written by one worker at a time. */
+static pthread_mutex_t latest_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int committed_insert(struct job *job, uint64_t step)
+{
+	size_t i;
+
+	if (job->n_committed == job->cap_committed) {
+		size_t cap = job->cap_committed ? job->cap_committed * 2 : 16;
+		uint64_t *s = realloc(job->committed, cap * sizeof(*s));
+		if (!s)
+			return -ENOMEM;
+		job->committed = s;
+		unsigned *p = realloc(job->restore_pins, cap * sizeof(*p));
+		if (!p)
+			return -ENOMEM;
+		job->restore_pins = p;
+		job->cap_committed = cap;
+	}
+	for (i = job->n_committed; i > 0 && job->committed[i - 1] > step; i--) {
+		job->committed[i] = job->committed[i - 1];
+		job->restore_pins[i] = job->restore_pins[i - 1];
+	}
+	job->committed[i] = step;
+	job->restore_pins[i] = 0;
+	job->n_committed++;
+	return 0;
+}
+
+static void committed_remove_at(struct job *job, size_t i)
+{
+	memmove(&job->committed[i], &job->committed[i + 1],
+		(job->n_committed - i - 1) * sizeof(*job->committed));
+	memmove(&job->restore_pins[i], &job->restore_pins[i + 1],
+		(job->n_committed - i - 1) * sizeof(*job->restore_pins));
+	job->n_committed--;
+}
+
+bool job_is_committed(const struct job *job, uint64_t step)
+{
+	for (size_t i = 0; i < job->n_committed; i++)
+		if (job->committed[i] == step)
+			return true;
+	return false;
+}
+
+uint64_t job_latest(const struct job *job)
+{
+	return job->n_committed ? job->committed[job->n_committed - 1] : CKPT_NO_STEP;
+}
+
+void job_pin(struct job *job, uint64_t step, int delta)
+{
+	for (size_t i = 0; i < job->n_committed; i++)
+		if (job->committed[i] == step)
+			job->restore_pins[i] = (unsigned)((int)job->restore_pins[i] + delta);
+}
+
+/* ---- Removal of step directories ------------------------------------ */
+
+struct removal {
+	struct job *job;
+	struct step *st;       /* failed step record, or NULL (retention) */
+	uint64_t step;
+	bool committed;
+	int result;
+};
+
+static void removal_run(void *arg)
+{
+	struct removal *rm = arg;
+	char name[32];
+	int fd;
+
+	ckpt_step_dirname(name, sizeof(name), rm->step);
+	if (rm->committed) {
+		/* Uncommit first, durably, so no reader ever sees a committed
+		 * step with files missing. */
+		fd = openat(rm->job->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0) {
+			if (unlinkat(fd, CKPT_MANIFEST_NAME, 0) == 0)
+				store_fsync_dir(fd);
+			close(fd);
+		}
+	}
+	rm->result = store_remove_tree(rm->job->dirfd, name);
+	if (rm->result == -ENOENT)
+		rm->result = 0;
+	store_fsync_dir(rm->job->dirfd);
+}
+
+static void step_free(struct step *st);
+
+static void removal_done(void *arg)
+{
+	struct removal *rm = arg;
+	struct daemon *d = rm->job->d;
+
+	if (rm->result < 0)
+		log_warn("retention", "removing step failed job=%s step=%llu error=\"%s\"",
+			 rm->job->name, (unsigned long long)rm->step, strerror(-rm->result));
+	else
+		log_info("retention", "removed job=%s step=%llu reason=%s", rm->job->name,
+			 (unsigned long long)rm->step, rm->committed ? "retention" : "failed");
+	if (rm->st)
+		rm->st->removing = false;
+	if (rm->committed)
+		rm->job->retention_running--;
+	d->busy--;
+	free(rm);
+}
+
+static void removal_start(struct job *job, struct step *st, uint64_t step, bool committed)
+{
+	struct removal *rm = calloc(1, sizeof(*rm));
+
+	if (!rm)
+		return;
+	rm->job = job;
+	rm->st = st;
+	rm->step = step;
+	rm->committed = committed;
+	if (st)
+		st->removing = true;
+	if (committed)
+		job->retention_running++;
+	job->d->busy++;
+	if (workers_submit(job->d->workers, removal_run, removal_done, rm) < 0) {
+		if (st)
+			st->removing = false;
+		if (committed)
+			job->retention_running--;
+		job->d->busy--;
+		free(rm);
+	}
+}
+
+static void retention_apply(struct job *job)
+{
+	uint32_t keep = job->d->cfg->keep_last;
+
+	if (keep == 0)
+		return;
+	/* Oldest first; never the newest, never one being restored. */
+	for (size_t i = 0; job->n_committed > keep && i + 1 < job->n_committed;) {
+		if (job->restore_pins[i]) {
+			i++;
+			continue;
+		}
+		uint64_t step = job->committed[i];
+		committed_remove_at(job, i);
+		removal_start(job, NULL, step, true);
+	}
+}
+
+/* ---- Jobs ----------------------------------------------------------- */
+
+static int job_load(struct job *job)
+{
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	int r = store_list_steps(job->dirfd, true, &steps, &n);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		r = committed_insert(job, steps[i]);
+		if (r < 0)
+			break;
+	}
+	free(steps);
+	return r < 0 ? r : 0;
+}
+
+struct job *job_get(struct daemon *d, const char *name, bool create)
+{
+	struct job *job;
+
+	for (job = d->jobs; job; job = job->next)
+		if (strcmp(job->name, name) == 0)
+			return job;
+	if (!create)
+		return NULL;
+	if (mkdirat(d->root_fd, name, 0750) == 0)
+		store_fsync_dir(d->root_fd);
+	else if (errno != EEXIST)
+		return NULL;
+	job = calloc(1, sizeof(*job));
+	if (!job)
+		return NULL;
+	job->d = d;
+	snprintf(job->name, sizeof(job->name), "%s", name);
+	job->dirfd = openat(d->root_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (job->dirfd < 0 || job_load(job) < 0) {
+		if (job->dirfd >= 0)
+			close(job->dirfd);
+		free(job->committed);
+		free(job->restore_pins);
+		free(job);
+		return NULL;
+	}
+	job->next = d->jobs;
+	d->jobs = job;
+	return job;
+}
+
+/* ---- Steps ---------------------------------------------------------- */
+
+struct step *step_find(struct job *job, uint64_t step)
+{
+	for (struct step *st = job->steps; st; st = st->next)
+		if (st->step == step)
+			return st;
+	return NULL;
+}
+
+static void step_reset(struct step *st)
+{
+	if (st->votes)
+		for (uint32_t i = 0; i < st->world_size; i++)
+			ckpt_table_free(&st->votes[i].table);
+	free(st->votes);
+	free(st->saving);
+	st->votes = NULL;
+	st->saving = NULL;
+}
+
+static void step_free(struct step *st)
+{
+	step_reset(st);
+	free(st);
+}
+
+static void step_unlink(struct step *st)
+{
+	for (struct step **p = &st->job->steps; *p; p = &(*p)->next) {
+		if (*p == st) {
+			*p = st->next;
+			return;
+		}
+	}
+}
+
+static int step_init(struct step *st, uint32_t world_size)
+{
+	st->world_size = world_size;
+	st->state = STEP_OPEN;
+	st->votes_in = 0;
+	st->inflight = 0;
+	st->error = 0;
+	st->reason[0] = 0;
+	st->opened_ns = now_ns();
+	st->votes = calloc(world_size, sizeof(*st->votes));
+	st->saving = calloc(world_size, 1);
+	return st->votes && st->saving ? 0 : -ENOMEM;
+}
+
+struct step *step_get(struct job *job, uint64_t step, uint32_t world_size)
+{
+	struct step *st = step_find(job, step);
+
+	if (st)
+		return st;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return NULL;
+	st->job = job;
+	st->step = step;
+	if (step_init(st, world_size) < 0) {
+		step_free(st);
+		return NULL;
+	}
+	st->next = job->steps;
+	job->steps = st;
+	return st;
+}
+
+int step_reopen(struct step *st, uint32_t world_size)
+{
+	step_reset(st);
+	return step_init(st, world_size);
+}
+
+static void prune_tombstones(struct job *job)
+{
+	unsigned n = 0;
+	struct step *oldest = NULL;
+
+	for (struct step *st = job->steps; st; st = st->next) {
+		if (st->state == STEP_FAILED && st->inflight == 0 && !st->removing) {
+			n++;
+			if (!oldest || st->step < oldest->step)
+				oldest = st;
+		}
+	}
+	if (n > FAILED_TOMBSTONES && oldest) {
+		step_unlink(oldest);
+		step_free(oldest);
+	}
+}
+
+static void notify_participants(struct step *st, enum ckpt_state state, int error,
+				const char *reason)
+{
+	for (uint32_t r = 0; r < st->world_size; r++) {
+		if (!st->votes[r].durable && !st->saving[r])
+			continue;
+		struct client *c = job_client_for_rank(st->job, r);
+		if (c)
+			client_send_status(c, st->step, state, error, CKPT_NO_SLOT, reason);
+	}
+}
+
+void coord_fail(struct step *st, int error, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (st->state != STEP_OPEN)
+		return;
+	st->state = STEP_FAILED;
+	st->error = error;
+	st->failed_generation = ++st->job->d->generation;
+	va_start(ap, fmt);
+	vsnprintf(st->reason, sizeof(st->reason), fmt, ap);
+	va_end(ap);
+	log_warn("coord", "step abandoned job=%s step=%llu votes=%u/%u reason=\"%s\"",
+		 st->job->name, (unsigned long long)st->step, st->votes_in,
+		 st->world_size, st->reason);
+	notify_participants(st, CKPT_STATE_FAILED, error, st->reason);
+	if (st->inflight == 0)
+		removal_start(st->job, st, st->step, false);
+	prune_tombstones(st->job);
+}
+
+void coord_save_done(struct step *st, uint32_t rank)
+{
+	if (rank < st->world_size)
+		st->saving[rank] = 0;
+	st->inflight--;
+	if (st->state == STEP_FAILED && st->inflight == 0 && !st->removing)
+		removal_start(st->job, st, st->step, false);
+}
+
+void coord_rank_gone(struct job *job, uint32_t rank, const char *why)
+{
+	for (struct step *st = job->steps; st; st = st->next) {
+		if (st->state != STEP_OPEN || rank >= st->world_size)
+			continue;
+		if (st->votes[rank].durable)
+			continue;
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u %s before step %llu was durable",
+			   rank, why, (unsigned long long)st->step);
+	}
+}
+
+void coord_state_of(struct job *job, uint64_t step, struct ckpt_msg_status *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->step = step;
+	out->slot_freed = CKPT_NO_SLOT;
+	if (job_is_committed(job, step)) {
+		out->state = CKPT_STATE_COMMITTED;
+		return;
+	}
+	struct step *st = step_find(job, step);
+	if (!st) {
+		out->state = CKPT_STATE_UNKNOWN;
+		return;
+	}
+	if (st->state == STEP_FAILED) {
+		out->state = CKPT_STATE_FAILED;
+		out->error = st->error;
+		snprintf(out->reason, sizeof(out->reason), "%s", st->reason);
+	} else {
+		out->state = CKPT_STATE_PENDING;
+	}
+}
+
+/* ---- Commit --------------------------------------------------------- */
+
+struct commit {
+	struct step *st;
+	int result;
+	char err[CKPT_REASON_MAX + 1];
+	uint64_t bytes;
+	int64_t started_ns;
+};
+
+static void commit_run(void *arg)
+{
+	struct commit *cm = arg;
+	struct step *st = cm->st;
+	struct job *job = st->job;
+	struct ckpt_manifest m;
+	char name[32];
+	char *json = NULL;
+	size_t len = 0;
+	int stepfd = -1, r;
+
+	ckpt_step_dirname(name, sizeof(name), st->step);
+	stepfd = openat(job->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (stepfd < 0) {
+		r = -errno;
+		snprintf(cm->err, sizeof(cm->err), "opening %s/%s: %s", job->name, name,
+			 strerror(-r));
+		goto out;
+	}
+	/* Every shard's and index's directory entry is durable before the
+	 * manifest can be. */
+	r = store_fsync_dir(stepfd);
+	if (r < 0) {
+		snprintf(cm->err, sizeof(cm->err), "fsync %s/%s: %s", job->name, name,
+			 strerror(-r));
+		goto out;
+	}
+	memset(&m, 0, sizeof(m));
+	snprintf(m.job, sizeof(m.job), "%s", job->name);
+	m.step = st->step;
+	m.world_size = st->world_size;
+	m.chunk_bytes = (uint32_t)job->d->cfg->chunk_bytes;
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		m.created_unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	}
+	m.ranks = calloc(st->world_size, sizeof(*m.ranks));
+	if (!m.ranks) {
+		r = -ENOMEM;
+		snprintf(cm->err, sizeof(cm->err), "out of memory");
+		goto out;
+	}
+	for (uint32_t i = 0; i < st->world_size; i++) {
+		struct rank_vote *v = &st->votes[i];
+		m.ranks[i].rank = i;
+		m.ranks[i].shard_bytes = v->shard_bytes;
+		m.ranks[i].blob_bytes = v->blob_bytes;
+		m.ranks[i].blob_crc32c = v->blob_crc32c;
+		m.ranks[i].index_bytes = v->index_bytes;
+		memcpy(m.ranks[i].index_sha256, v->index_sha256, 32);
+		m.ranks[i].table = v->table;  /* borrowed */
+		cm->bytes += v->shard_bytes + v->index_bytes;
+	}
+	r = ckpt_manifest_encode(&m, &json, &len);
+	free(m.ranks);
+	if (r < 0) {
+		snprintf(cm->err, sizeof(cm->err), "encoding the manifest of %s/%s: %s",
+			 job->name, name, strerror(-r));
+		goto out;
+	}
+	r = store_write_file_durable(stepfd, CKPT_MANIFEST_NAME, json, len);
+	free(json);
+	if (r < 0) {
+		snprintf(cm->err, sizeof(cm->err), "writing %s/%s/%s: %s", job->name, name,
+			 CKPT_MANIFEST_NAME, strerror(-r));
+		goto out;
+	}
+	/* The step directory's own entry, then LATEST. */
+	r = store_fsync_dir(job->dirfd);
+	if (r < 0) {
+		snprintf(cm->err, sizeof(cm->err), "fsync %s: %s", job->name, strerror(-r));
+		goto out;
+	}
+	pthread_mutex_lock(&latest_lock);
+	uint64_t cur = 0;
+	if (store_read_latest(job->dirfd, &cur) < 0 || cur < st->step) {
+		int lr = store_write_latest(job->dirfd, st->step);
+		if (lr < 0)
+			log_warn("coord", "LATEST not updated job=%s step=%llu error=\"%s\"",
+				 job->name, (unsigned long long)st->step, strerror(-lr));
+	}
+	pthread_mutex_unlock(&latest_lock);
+	r = 0;
+out:
+	if (stepfd >= 0)
+		close(stepfd);
+	cm->result = r;
+}
+
+static void commit_done(void *arg)
+{
+	struct commit *cm = arg;
+	struct step *st = cm->st;
+	struct job *job = st->job;
+	struct daemon *d = job->d;
+
+	d->busy--;
+	if (cm->result < 0) {
+		st->state = STEP_OPEN; /* so coord_fail applies */
+		coord_fail(st, cm->result, "commit failed: %s", cm->err);
+		free(cm);
+		return;
+	}
+	st->state = STEP_COMMITTED;
+	if (committed_insert(job, st->step) < 0)
+		log_error("coord", "out of memory recording a commit job=%s", job->name);
+	log_info("coord", "committed job=%s step=%llu ranks=%u bytes=%llu seconds=%.3f",
+		 job->name, (unsigned long long)st->step, st->world_size,
+		 (unsigned long long)cm->bytes, (double)(now_ns() - st->opened_ns) / 1e9);
+	notify_participants(st, CKPT_STATE_COMMITTED, 0, NULL);
+	step_unlink(st);
+	step_free(st);
+	free(cm);
+	retention_apply(job);
+}
+
+void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
+{
+	struct daemon *d = st->job->d;
+
+	if (st->state != STEP_OPEN || rank >= st->world_size || st->votes[rank].durable) {
+		log_warn("coord", "vote ignored job=%s step=%llu rank=%u state=%d",
+			 st->job->name, (unsigned long long)st->step, rank, st->state);
+		ckpt_table_free(&vote->table);
+		return;
+	}
+	st->votes[rank] = *vote;
+	memset(vote, 0, sizeof(*vote));
+	st->votes[rank].durable = true;
+	st->votes_in++;
+	if (st->votes_in < st->world_size)
+		return;
+
+	struct commit *cm = calloc(1, sizeof(*cm));
+	if (!cm) {
+		coord_fail(st, -ENOMEM, "out of memory committing step %llu",
+			   (unsigned long long)st->step);
+		return;
+	}
+	cm->st = st;
+	cm->started_ns = now_ns();
+	st->state = STEP_COMMITTING;
+	d->busy++;
+	if (workers_submit(d->workers, commit_run, commit_done, cm) < 0) {
+		d->busy--;
+		st->state = STEP_OPEN;
+		free(cm);
+		coord_fail(st, -ENOMEM, "out of memory committing step %llu",
+			   (unsigned long long)st->step);
+	}
+}
+
+/* ---- Recovery at start-up -------------------------------------------- */
+
+static int recover_job(struct daemon *d, const char *name)
+{
+	struct job *job;
+	uint64_t *steps = NULL;
+	size_t n = 0;
+	int r;
+	int fd = openat(d->root_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -errno;
+	r = store_list_steps(fd, false, &steps, &n);
+	if (r < 0) {
+		close(fd);
+		return r;
+	}
+	for (size_t i = 0; i < n; i++) {
+		char dn[32];
+		struct stat sb;
+		int sfd;
+
+		ckpt_step_dirname(dn, sizeof(dn), steps[i]);
+		sfd = openat(fd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (sfd < 0)
+			continue;
+		bool committed = fstatat(sfd, CKPT_MANIFEST_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+		close(sfd);
+		if (committed)
+			continue;
+		log_warn("recovery", "removing uncommitted step job=%s step=%llu", name,
+			 (unsigned long long)steps[i]);
+		r = store_remove_tree(fd, dn);
+		if (r < 0)
+			log_error("recovery", "cannot remove %s/%s: %s", name, dn, strerror(-r));
+	}
+	free(steps);
+	if (unlinkat(fd, CKPT_LATEST_NAME ".tmp", 0) == 0)
+		log_info("recovery", "removed %s/LATEST.tmp", name);
+	store_fsync_dir(fd);
+	close(fd);
+
+	job = job_get(d, name, false);
+	if (!job)
+		job = job_get(d, name, true);
+	if (!job)
+		return -ENOMEM;
+	uint64_t latest = 0, newest = job_latest(job);
+	if (newest != CKPT_NO_STEP &&
+	    (store_read_latest(job->dirfd, &latest) < 0 || latest != newest)) {
+		log_info("recovery", "LATEST set job=%s step=%llu", name,
+			 (unsigned long long)newest);
+		store_write_latest(job->dirfd, newest);
+	}
+	log_info("recovery", "job=%s committed=%zu latest=%lld", name, job->n_committed,
+		 newest == CKPT_NO_STEP ? -1LL : (long long)newest);
+	retention_apply(job);
+	return 0;
+}
+
+int coord_recover(struct daemon *d)
+{
+	char **jobs = NULL;
+	size_t n = 0;
+	int r = store_list_jobs(d->root_fd, &jobs, &n);
+
+	if (r < 0)
+		return r;
+	for (size_t i = 0; i < n; i++) {
+		r = recover_job(d, jobs[i]);
+		if (r < 0)
+			log_error("recovery", "job=%s: %s", jobs[i], strerror(-r));
+	}
+	store_strv_free(jobs, n);
+	return 0;
+}

@@ -1,1 +1,28 @@
 /* SPDX-License-Identifier: MIT */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+
+int main(int argc, char **argv)
+{
+	struct ckptd_config cfg;
+	int r;
+
+	switch (config_load(&cfg, argc, argv, stdout, stderr)) {
+	case CONFIG_EXIT_OK:
+		config_free(&cfg);
+		return EXIT_SUCCESS;
+	case CONFIG_EXIT_ERROR:
+		config_free(&cfg);
+		return 2;
+	case CONFIG_RUN:
+		break;
+	}
+	ckptd_log_level = cfg.log_level;
+	r = server_run(&cfg);
+	config_free(&cfg);
+	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+}

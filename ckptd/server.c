@@ -1,1 +1,1028 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * The event loop and the client side of the protocol (proto/PROTOCOL.md):
+ * one epoll set drives the listening socket, every client, the io_uring
+ * completion eventfd, the worker completion eventfd and a signalfd.
+ * A client that breaks the protocol gets an ERROR and is disconnected;
+ * nobody else notices.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "ckptd.h"
+#include "server.h"
+
+#define TAG_LISTEN ((void *)1)
+#define TAG_SIGNAL ((void *)2)
+#define TAG_RING ((void *)3)
+#define TAG_WORKERS ((void *)4)
+
+
+
+/* ---- Sending -------------------------------------------------------- */
+
+static void client_kill(struct client *c, const char *why);
+
+static void client_update_events(struct client *c)
+{
+	struct epoll_event ev = { .events = EPOLLIN | (c->want_out ? EPOLLOUT : 0), .data.ptr = c };
+
+	epoll_ctl(c->d->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static int client_flush(struct client *c)
+{
+	while (c->out_head) {
+		struct outmsg *o = c->out_head;
+		ssize_t n = send(c->fd, o->buf, o->len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				break;
+			return -errno;
+		}
+		c->out_head = o->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		free(o);
+	}
+	bool want = c->out_head != NULL;
+	if (want != c->want_out) {
+		c->want_out = want;
+		client_update_events(c);
+	}
+	return 0;
+}
+
+void client_send(struct client *c, const struct ckpt_msg *m)
+{
+	uint8_t buf[CKPT_MSG_MAX_BYTES];
+	ssize_t len;
+
+	if (c->dead)
+		return;
+	len = ckpt_msg_encode(m, buf, sizeof(buf));
+	if (len < 0) {
+		log_error("server", "cannot encode %s for client=%llu: %s",
+			  ckpt_msg_type_name(m->type), (unsigned long long)c->id,
+			  strerror((int)-len));
+		return;
+	}
+	if (!c->out_head) {
+		ssize_t n = send(c->fd, buf, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n == len)
+			return;
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+			return; /* the read side will see the hang-up */
+	}
+	struct outmsg *o = malloc(sizeof(*o) + (size_t)len);
+	if (!o) {
+		client_kill(c, "out of memory queueing a reply");
+		return;
+	}
+	o->next = NULL;
+	o->len = (size_t)len;
+	memcpy(o->buf, buf, (size_t)len);
+	if (c->out_tail)
+		c->out_tail->next = o;
+	else
+		c->out_head = o;
+	c->out_tail = o;
+	if (!c->want_out) {
+		c->want_out = true;
+		client_update_events(c);
+	}
+}
+
+void client_send_status(struct client *c, uint64_t step, enum ckpt_state state, int error,
+			uint32_t slot_freed, const char *reason)
+{
+	struct ckpt_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_STATUS;
+	m.u.status.step = step;
+	m.u.status.state = state;
+	m.u.status.error = error;
+	m.u.status.slot_freed = slot_freed;
+	if (reason)
+		snprintf(m.u.status.reason, sizeof(m.u.status.reason), "%s", reason);
+	client_send(c, &m);
+}
+
+static void send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+{
+	struct ckpt_msg m;
+	va_list ap;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_ERROR;
+	m.seq = seq;
+	m.u.error.code = code;
+	va_start(ap, fmt);
+	vsnprintf(m.u.error.message, sizeof(m.u.error.message), fmt, ap);
+	va_end(ap);
+	client_send(c, &m);
+}
+
+/* ---- Clients -------------------------------------------------------- */
+
+struct client *job_client_for_rank(struct job *job, uint32_t rank)
+{
+	for (struct client *c = job->d->clients; c; c = c->next)
+		if (!c->dead && c->hello_done && c->job == job && c->rank == rank)
+			return c;
+	return NULL;
+}
+
+static void client_free(struct client *c)
+{
+	struct daemon *d = c->d;
+
+	for (struct client **p = &d->clients; *p; p = &(*p)->next) {
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	}
+	arena_destroy(c);
+	while (c->out_head) {
+		struct outmsg *o = c->out_head;
+		c->out_head = o->next;
+		free(o);
+	}
+	free(c);
+}
+
+void client_unref(struct client *c)
+{
+	if (--c->refs == 0 && c->dead)
+		client_free(c);
+}
+
+/* Close the connection now; the arena lives on until in-flight I/O on it
+ * is finished. */
+static void client_kill(struct client *c, const char *why)
+{
+	struct daemon *d = c->d;
+
+	if (c->dead)
+		return;
+	/* Best effort: whatever is queued may still fit. */
+	client_flush(c);
+	c->dead = true;
+	epoll_ctl(d->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->fd = -1;
+	d->n_clients--;
+	if (c->hello_done) {
+		log_info("server", "client gone client=%llu job=%s rank=%u pid=%d reason=\"%s\"",
+			 (unsigned long long)c->id, c->job->name, c->rank, (int)c->pid, why);
+		c->job->clients--;
+		if (c->job->clients == 0)
+			c->job->world_size = 0;
+		coord_rank_gone(c->job, c->rank, "disconnected");
+	} else {
+		log_debug("server", "client gone client=%llu reason=\"%s\"",
+			  (unsigned long long)c->id, why);
+	}
+	client_unref(c); /* the connection's own reference */
+}
+
+/* A broken protocol: say why, then hang up. */
+static void client_protocol_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void client_protocol_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+{
+	char msg[CKPT_REASON_MAX + 1];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	log_warn("server", "protocol error, disconnecting client=%llu pid=%d job=%s rank=%d error=\"%s\"",
+		 (unsigned long long)c->id, (int)c->pid, c->hello_done ? c->job->name : "-",
+		 c->hello_done ? (int)c->rank : -1, msg);
+	send_error(c, seq, code, "%s", msg);
+	client_kill(c, msg);
+}
+
+static bool peer_allowed(struct daemon *d, int fd, struct ucred *cred)
+{
+	socklen_t len = sizeof(*cred);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) < 0)
+		return false;
+	if (cred->uid == geteuid() || cred->uid == 0)
+		return true;
+	if (d->cfg->allowed_gid == (gid_t)-1)
+		return false;
+	if (cred->gid == d->cfg->allowed_gid)
+		return true;
+	gid_t groups[256];
+	len = sizeof(groups);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0) {
+		for (size_t i = 0; i < len / sizeof(gid_t); i++)
+			if (groups[i] == d->cfg->allowed_gid)
+				return true;
+	}
+	return false;
+}
+
+static void on_accept(struct daemon *d)
+{
+	for (;;) {
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+				log_warn("server", "accept: %s", strerror(errno));
+			return;
+		}
+		struct ucred cred = { 0 };
+		if (!peer_allowed(d, fd, &cred)) {
+			struct ckpt_msg m = { .type = CKPT_MSG_ERROR };
+			uint8_t buf[CKPT_MSG_MAX_BYTES];
+			m.u.error.code = -CKPT_E_REFUSED;
+			snprintf(m.u.error.message, sizeof(m.u.error.message),
+				 "uid %u is not allowed to use this ckptd (same user, root or "
+				 "allowed_group only)", (unsigned)cred.uid);
+			ssize_t n = ckpt_msg_encode(&m, buf, sizeof(buf));
+			if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+			}
+			log_warn("server", "refused peer uid=%u gid=%u pid=%d", (unsigned)cred.uid,
+				 (unsigned)cred.gid, (int)cred.pid);
+			close(fd);
+			continue;
+		}
+		if (d->n_clients >= d->cfg->max_clients || d->stopping) {
+			log_warn("server", "refused peer pid=%d: %s", (int)cred.pid,
+				 d->stopping ? "shutting down" : "max_clients reached");
+			close(fd);
+			continue;
+		}
+		struct client *c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->d = d;
+		c->fd = fd;
+		c->id = ++d->next_client_id;
+		c->pid = cred.pid;
+		c->uid = cred.uid;
+		c->arena_fd = -1;
+		c->last_step = CKPT_NO_STEP;
+		c->refs = 1;
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
+		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		c->next = d->clients;
+		d->clients = c;
+		d->n_clients++;
+		log_debug("server", "client connected client=%llu pid=%d uid=%u",
+			  (unsigned long long)c->id, (int)c->pid, (unsigned)c->uid);
+	}
+}
+
+/* ---- Requests ------------------------------------------------------- */
+
+static void on_hello(struct client *c, const struct ckpt_msg *m)
+{
+	struct daemon *d = c->d;
+	const struct ckpt_msg_hello *h = &m->u.hello;
+	char err[CKPT_REASON_MAX + 1];
+	struct job *job;
+
+	if (c->hello_done) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "second HELLO");
+		return;
+	}
+	if (ckpt_job_name_check(h->job, strlen(h->job)) < 0 || h->rank >= h->world_size) {
+		client_protocol_error(c, m->seq, -CKPT_E_BAD_NAME, "bad HELLO: job \"%.64s\" rank %u world %u",
+				      h->job, h->rank, h->world_size);
+		return;
+	}
+	job = job_get(d, h->job, true);
+	if (!job) {
+		send_error(c, m->seq, -EIO, "cannot open job directory %s/%s: %s", d->cfg->root,
+			   h->job, strerror(errno ? errno : EIO));
+		client_kill(c, "job directory");
+		return;
+	}
+	if (job->clients > 0 && job->world_size != h->world_size) {
+		send_error(c, m->seq, -CKPT_E_REFUSED,
+			   "job %s: rank %u says world size %u, connected ranks say %u",
+			   job->name, h->rank, h->world_size, job->world_size);
+		client_kill(c, "world size mismatch");
+		return;
+	}
+	if (job_client_for_rank(job, h->rank)) {
+		send_error(c, m->seq, -CKPT_E_BUSY,
+			   "job %s: rank %u is already connected", job->name, h->rank);
+		client_kill(c, "duplicate rank");
+		return;
+	}
+	c->job = job;
+	c->rank = h->rank;
+	c->world_size = h->world_size;
+	c->local_rank = h->local_rank;
+	int r = arena_create(c, h->max_save_bytes, d->cfg->slots_per_rank, err, sizeof(err));
+	if (r < 0) {
+		c->job = NULL;
+		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
+		send_error(c, m->seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
+		client_kill(c, "arena");
+		return;
+	}
+	c->hello_done = true;
+	c->generation = ++d->generation;
+	job->clients++;
+	job->world_size = h->world_size;
+
+	struct ckpt_msg ok;
+	uint8_t buf[CKPT_MSG_MAX_BYTES];
+	memset(&ok, 0, sizeof(ok));
+	ok.type = CKPT_MSG_HELLO_OK;
+	ok.seq = m->seq;
+	ok.u.hello_ok.slots = c->slots;
+	ok.u.hello_ok.flags = d->cfg->backpressure == BACKPRESSURE_SKIP ? CKPT_HELLO_F_SKIP_POLICY : 0;
+	ok.u.hello_ok.slot_bytes = c->slot_bytes;
+	ok.u.hello_ok.arena_bytes = c->arena_bytes;
+	ok.u.hello_ok.chunk_bytes = (uint32_t)d->cfg->chunk_bytes;
+	ok.u.hello_ok.latest_step = job_latest(job);
+	ssize_t len = ckpt_msg_encode(&ok, buf, sizeof(buf));
+	if (len < 0) {
+		client_kill(c, "encode HELLO_OK");
+		return;
+	}
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { .iov_base = buf, .iov_len = (size_t)len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	memset(cbuf, 0, sizeof(cbuf));
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &c->arena_fd, sizeof(int));
+	if (sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != len) {
+		client_kill(c, "sending HELLO_OK");
+		return;
+	}
+	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
+		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,
+		 (unsigned long long)c->slot_bytes);
+}
+
+static bool slot_ok(struct client *c, const struct ckpt_msg *m, uint32_t slot)
+{
+	if (slot >= c->slots) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "slot %u out of range (%u slots)",
+				      slot, c->slots);
+		return false;
+	}
+	if (c->slot_state[slot] != SLOT_CLIENT) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL,
+				      "slot %u is not the client's (busy with an earlier request)",
+				      slot);
+		return false;
+	}
+	return true;
+}
+
+static bool step_order_ok(struct client *c, const struct ckpt_msg *m, uint64_t step)
+{
+	if (step == CKPT_NO_STEP) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "step %llu is reserved",
+				      (unsigned long long)step);
+		return false;
+	}
+	if (c->last_step != CKPT_NO_STEP && step <= c->last_step) {
+		client_protocol_error(c, m->seq, -CKPT_E_STEP_ORDER,
+				      "step %llu after step %llu: steps must increase",
+				      (unsigned long long)step, (unsigned long long)c->last_step);
+		return false;
+	}
+	return true;
+}
+
+/* The step record a SAVE or SKIP of this client belongs to, or NULL with
+ * the refusal already sent. */
+static struct step *step_for_client(struct client *c, const struct ckpt_msg *m, uint64_t step)
+{
+	struct job *job = c->job;
+	struct step *st;
+
+	if (job_is_committed(job, step)) {
+		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is already committed",
+			   job->name, (unsigned long long)step);
+		return NULL;
+	}
+	st = step_find(job, step);
+	if (st && st->state == STEP_FAILED) {
+		if (c->generation < st->failed_generation) {
+			send_error(c, m->seq, -CKPT_E_ABORTED, "job %s step %llu was abandoned: %s",
+				   job->name, (unsigned long long)step, st->reason);
+			return NULL;
+		}
+		if (st->removing || st->inflight) {
+			send_error(c, m->seq, -CKPT_E_BUSY,
+				   "job %s step %llu: the abandoned attempt is still being removed",
+				   job->name, (unsigned long long)step);
+			return NULL;
+		}
+		if (step_reopen(st, c->world_size) < 0) {
+			send_error(c, m->seq, -ENOMEM, "out of memory");
+			return NULL;
+		}
+	}
+	if (st && st->state == STEP_COMMITTING) {
+		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is being committed",
+			   job->name, (unsigned long long)step);
+		return NULL;
+	}
+	if (!st)
+		st = step_get(job, step, c->world_size);
+	if (!st) {
+		send_error(c, m->seq, -ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (st->world_size != c->world_size) {
+		send_error(c, m->seq, -CKPT_E_REFUSED, "job %s step %llu has world size %u, not %u",
+			   job->name, (unsigned long long)step, st->world_size, c->world_size);
+		return NULL;
+	}
+	if (st->votes[c->rank].durable || st->saving[c->rank]) {
+		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu: rank %u already saved it",
+			   job->name, (unsigned long long)step, c->rank);
+		return NULL;
+	}
+	return st;
+}
+
+static void on_save(struct client *c, const struct ckpt_msg *m)
+{
+	const struct ckpt_msg_save *s = &m->u.save;
+	char err[CKPT_REASON_MAX + 1];
+	struct ckpt_table table;
+	struct step *st;
+	int r;
+
+	if (!slot_ok(c, m, s->slot) || !step_order_ok(c, m, s->step))
+		return;
+	uint64_t sb = c->slot_bytes;
+	if (s->data_bytes > sb || s->table_offset > sb || s->table_bytes > sb - s->table_offset ||
+	    s->table_offset < s->data_bytes || s->data_bytes % CKPT_ALIGN ||
+	    s->table_bytes > CKPT_TABLE_MAX_BYTES) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL,
+				      "SAVE step %llu: data %llu, table %llu+%llu do not fit a %llu-byte slot",
+				      (unsigned long long)s->step, (unsigned long long)s->data_bytes,
+				      (unsigned long long)s->table_offset,
+				      (unsigned long long)s->table_bytes, (unsigned long long)sb);
+		return;
+	}
+	/* Copy the table out of shared memory before looking at it: the
+	 * client can change the arena under us. */
+	void *copy = malloc(s->table_bytes ? s->table_bytes : 1);
+	if (!copy) {
+		send_error(c, m->seq, -ENOMEM, "out of memory for a %llu-byte tensor table",
+			   (unsigned long long)s->table_bytes);
+		return;
+	}
+	memcpy(copy, c->arena + (uint64_t)s->slot * sb + s->table_offset, s->table_bytes);
+	r = ckpt_table_decode(copy, s->table_bytes, &table);
+	free(copy);
+	if (r < 0) {
+		client_protocol_error(c, m->seq, r == -CKPT_E_BAD_NAME ? -CKPT_E_BAD_NAME : -CKPT_E_PROTOCOL,
+				      "SAVE step %llu: tensor table refused: %s",
+				      (unsigned long long)s->step,
+				      r == -CKPT_E_BAD_NAME ? "bad tensor name" :
+				      r == -E2BIG ? "too large" : "malformed");
+		return;
+	}
+	if (ckpt_table_check_layout(&table, s->data_bytes, s->blob_offset, s->blob_bytes, err,
+				    sizeof(err)) < 0) {
+		ckpt_table_free(&table);
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "SAVE step %llu: %s",
+				      (unsigned long long)s->step, err);
+		return;
+	}
+	c->last_step = s->step;
+	st = step_for_client(c, m, s->step);
+	if (!st) {
+		ckpt_table_free(&table);
+		return;
+	}
+	st->saving[c->rank] = 1;
+	st->inflight++;
+	c->slot_state[s->slot] = SLOT_SAVING;
+	c->slot_step[s->slot] = s->step;
+	r = writer_start(c, st, s->slot, s, &table, err, sizeof(err));
+	ckpt_table_free(&table);
+	if (r < 0) {
+		c->slot_state[s->slot] = SLOT_CLIENT;
+		coord_save_done(st, c->rank);
+		send_error(c, m->seq, r, "%s", err);
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u: %s", c->rank, err);
+		return;
+	}
+	struct ckpt_msg ok;
+	memset(&ok, 0, sizeof(ok));
+	ok.type = CKPT_MSG_SAVE_OK;
+	ok.seq = m->seq;
+	ok.u.save_ok.step = s->step;
+	ok.u.save_ok.slot = s->slot;
+	client_send(c, &ok);
+	log_debug("server", "save accepted job=%s step=%llu rank=%u bytes=%llu",
+		  c->job->name, (unsigned long long)s->step, c->rank,
+		  (unsigned long long)s->data_bytes);
+}
+
+static void on_skip(struct client *c, const struct ckpt_msg *m)
+{
+	uint64_t step = m->u.step.step;
+
+	if (!step_order_ok(c, m, step))
+		return;
+	c->last_step = step;
+	log_warn("server", "save skipped (no free slot) job=%s step=%llu rank=%u",
+		 c->job->name, (unsigned long long)step, c->rank);
+	struct step *st = step_find(c->job, step);
+	if (!st)
+		st = step_get(c->job, step, c->world_size);
+	if (st && st->state == STEP_OPEN)
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u skipped step %llu (no free slot)",
+			   c->rank, (unsigned long long)step);
+	client_send_status(c, step, CKPT_STATE_SKIPPED, -CKPT_E_SKIPPED, CKPT_NO_SLOT,
+			   "skipped: no free slot (backpressure policy skip)");
+}
+
+static void on_query(struct client *c, const struct ckpt_msg *m)
+{
+	struct ckpt_msg r;
+
+	memset(&r, 0, sizeof(r));
+	r.type = CKPT_MSG_STATUS;
+	r.seq = m->seq;
+	coord_state_of(c->job, m->u.step.step, &r.u.status);
+	struct step *st = step_find(c->job, m->u.step.step);
+	if (st && st->state == STEP_OPEN && c->rank < st->world_size && st->votes[c->rank].durable)
+		r.u.status.state = CKPT_STATE_DURABLE;
+	client_send(c, &r);
+}
+
+static void on_list(struct client *c, const struct ckpt_msg *m)
+{
+	struct ckpt_msg r;
+	struct job *job = c->job;
+
+	memset(&r, 0, sizeof(r));
+	r.type = CKPT_MSG_LIST_OK;
+	r.seq = m->seq;
+	r.u.list_ok.total = (uint32_t)job->n_committed;
+	size_t first = job->n_committed > CKPT_LIST_MAX ? job->n_committed - CKPT_LIST_MAX : 0;
+	for (size_t i = first; i < job->n_committed; i++)
+		r.u.list_ok.steps[r.u.list_ok.count++] = job->committed[i];
+	client_send(c, &r);
+}
+
+static void on_restore(struct client *c, const struct ckpt_msg *m)
+{
+	const struct ckpt_msg_restore *rq = &m->u.restore;
+
+	if (!slot_ok(c, m, rq->slot))
+		return;
+	int r = restore_start(c, rq->slot, rq->step, rq->flags, m->seq);
+	if (r == -CKPT_E_NO_CHECKPOINT) {
+		if (rq->step == CKPT_NO_STEP)
+			send_error(c, m->seq, r, "job %s has no committed step", c->job->name);
+		else
+			send_error(c, m->seq, r, "job %s has no committed step %llu", c->job->name,
+				   (unsigned long long)rq->step);
+	} else if (r < 0) {
+		send_error(c, m->seq, r, "restore: %s", strerror(-r));
+	}
+}
+
+static void on_release(struct client *c, const struct ckpt_msg *m)
+{
+	uint32_t slot = m->u.release.slot;
+
+	if (slot >= c->slots || c->slot_state[slot] != SLOT_RESTORING) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "RELEASE of slot %u, which holds no restore",
+				      slot);
+		return;
+	}
+	/* A restore still reading into the slot keeps it until it is done. */
+	c->slot_state[slot] = SLOT_CLIENT;
+}
+
+static void on_message(struct client *c, const struct ckpt_msg *m)
+{
+	if (!c->hello_done && m->type != CKPT_MSG_HELLO) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "%s before HELLO",
+				      ckpt_msg_type_name(m->type));
+		return;
+	}
+	switch (m->type) {
+	case CKPT_MSG_HELLO:
+		on_hello(c, m);
+		break;
+	case CKPT_MSG_SAVE:
+		on_save(c, m);
+		break;
+	case CKPT_MSG_SKIP:
+		on_skip(c, m);
+		break;
+	case CKPT_MSG_QUERY:
+		on_query(c, m);
+		break;
+	case CKPT_MSG_LIST:
+		on_list(c, m);
+		break;
+	case CKPT_MSG_RESTORE:
+		on_restore(c, m);
+		break;
+	case CKPT_MSG_RELEASE:
+		on_release(c, m);
+		break;
+	case CKPT_MSG_BYE:
+		client_kill(c, "said goodbye");
+		break;
+	default:
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "unexpected %s from a client",
+				      ckpt_msg_type_name(m->type));
+		break;
+	}
+}
+
+static void on_client_readable(struct client *c)
+{
+	/* Several packets per wake-up, but not forever: others wait too. */
+	for (int i = 0; i < 32 && !c->dead; i++) {
+		uint8_t buf[CKPT_MSG_MAX_BYTES + 1];
+		char cbuf[CMSG_SPACE(sizeof(int) * 8)];
+		struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+				     .msg_controllen = sizeof(cbuf) };
+		ssize_t n = recvmsg(c->fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				return;
+			client_kill(c, strerror(errno));
+			return;
+		}
+		if (n == 0) {
+			client_kill(c, "hang-up");
+			return;
+		}
+		/* No client message carries fds: close any that came. */
+		unsigned nfds = 0;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				for (size_t j = 0; j < k; j++) {
+					int fd;
+					memcpy(&fd, CMSG_DATA(cm) + j * sizeof(int), sizeof(int));
+					close(fd);
+					nfds++;
+				}
+			}
+		}
+		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			client_protocol_error(c, 0, -CKPT_E_PROTOCOL, "%s",
+					      mh.msg_flags & MSG_TRUNC ? "message over 4096 bytes"
+								       : "truncated control data");
+			return;
+		}
+		if (nfds) {
+			client_protocol_error(c, 0, -CKPT_E_PROTOCOL,
+					      "%u file descriptor(s) attached to a client message", nfds);
+			return;
+		}
+		struct ckpt_msg m;
+		int r = ckpt_msg_decode(buf, (size_t)n, &m);
+		if (r < 0) {
+			client_protocol_error(c, 0, r == -EPROTONOSUPPORT ? -CKPT_E_VERSION
+					      : r == -CKPT_E_BAD_NAME ? -CKPT_E_BAD_NAME : -CKPT_E_PROTOCOL,
+					      "malformed message of %zd bytes: %s", n,
+					      r == -EPROTONOSUPPORT ? "protocol version not supported"
+					      : r == -CKPT_E_BAD_NAME ? "bad name" : "does not decode");
+			return;
+		}
+		on_message(c, &m);
+	}
+}
+
+/* ---- Listening socket ------------------------------------------------ */
+
+static int make_parent_dir(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char *slash;
+
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return 0;
+	*slash = 0;
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int listen_open(struct daemon *d)
+{
+	const char *path = d->cfg->socket_path;
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, r;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		log_error("server", "socket path too long (%zu bytes, at most %zu): %s", strlen(path),
+			  sizeof(sa.sun_path) - 1, path);
+		return -ENAMETOOLONG;
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	r = make_parent_dir(path);
+	if (r < 0) {
+		log_error("server", "cannot create the directory of %s: %s", path, strerror(-r));
+		return r;
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	/* A socket file left by a dead ckptd is removed; a live one is not. */
+	struct stat sb;
+	if (lstat(path, &sb) == 0) {
+		if (!S_ISSOCK(sb.st_mode)) {
+			log_error("server", "%s exists and is not a socket", path);
+			close(fd);
+			return -EEXIST;
+		}
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+			close(probe);
+			close(fd);
+			log_error("server", "another ckptd is listening on %s", path);
+			return -EADDRINUSE;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(path);
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		r = -errno;
+		log_error("server", "bind %s: %s", path, strerror(-r));
+		close(fd);
+		return r;
+	}
+	if (chmod(path, d->cfg->socket_mode) < 0)
+		log_warn("server", "chmod %s: %s", path, strerror(errno));
+	if (d->cfg->allowed_gid != (gid_t)-1 && chown(path, (uid_t)-1, d->cfg->allowed_gid) < 0)
+		log_warn("server", "chown %s to gid %u: %s", path, (unsigned)d->cfg->allowed_gid,
+			 strerror(errno));
+	if (listen(fd, 128) < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	d->listen_fd = fd;
+	return 0;
+}
+
+/* ---- The loop ------------------------------------------------------- */
+
+static int epoll_add(struct daemon *d, int fd, void *tag)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = tag };
+
+	return epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0 ? -errno : 0;
+}
+
+static void reap_ring(struct daemon *d)
+{
+	uint64_t v;
+	struct io_uring_cqe *cqe;
+
+	if (read(d->ring_efd, &v, sizeof(v)) < 0) {
+	}
+	while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
+		struct io_uring_cqe copy = *cqe;
+		io_uring_cqe_seen(&d->ring, cqe);
+		writer_on_cqe(d, &copy);
+	}
+	writer_pump(d);
+}
+
+static void on_signal(struct daemon *d)
+{
+	struct signalfd_siginfo si;
+
+	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
+		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
+			if (!d->stopping)
+				log_info("server", "signal %s: finishing in-flight saves, then exiting",
+					 si.ssi_signo == SIGTERM ? "TERM" : "INT");
+			d->stopping = true;
+			if (d->listen_fd >= 0) {
+				epoll_ctl(d->epfd, EPOLL_CTL_DEL, d->listen_fd, NULL);
+				close(d->listen_fd);
+				d->listen_fd = -1;
+				unlink(d->cfg->socket_path);
+			}
+		} else if (si.ssi_signo == SIGHUP) {
+			log_info("server", "SIGHUP ignored (configuration is read at start-up)");
+		}
+	}
+}
+
+static void probe_mlock(struct daemon *d)
+{
+	struct rlimit rl;
+
+	/* Root (CAP_IPC_LOCK) can lock any amount; others only up to
+	 * RLIMIT_MEMLOCK, usually far below an arena. */
+	d->can_mlock = geteuid() == 0 ||
+		       (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur == RLIM_INFINITY);
+}
+
+int server_run(struct ckptd_config *cfg)
+{
+	struct daemon dd, *d = &dd;
+	sigset_t mask;
+	int r;
+
+	memset(d, 0, sizeof(*d));
+	d->cfg = cfg;
+	d->epfd = d->listen_fd = d->signal_fd = d->ring_efd = d->root_fd = -1;
+	d->direct_io = -1;
+	probe_mlock(d);
+
+	if (mkdir(cfg->root, 0750) < 0 && errno != EEXIST) {
+		r = -errno;
+		log_error("server", "cannot create checkpoint root %s: %s", cfg->root, strerror(-r));
+		return r;
+	}
+	d->root_fd = open(cfg->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (d->root_fd < 0) {
+		r = -errno;
+		log_error("server", "cannot open checkpoint root %s: %s", cfg->root, strerror(-r));
+		return r;
+	}
+	unsigned nworkers = cfg->workers;
+	if (nworkers == 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		nworkers = n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+	}
+	r = workers_create(nworkers, &d->workers);
+	if (r < 0) {
+		log_error("server", "worker threads: %s", strerror(-r));
+		goto out;
+	}
+	d->ring_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (d->ring_efd < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = writer_init(d);
+	if (r < 0) {
+		log_error("server", "io_uring setup failed: %s", strerror(-r));
+		goto out;
+	}
+	r = coord_recover(d);
+	if (r < 0) {
+		log_error("server", "scanning checkpoint root %s: %s", cfg->root, strerror(-r));
+		goto out;
+	}
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	d->epfd = epoll_create1(EPOLL_CLOEXEC);
+	if (d->signal_fd < 0 || d->epfd < 0) {
+		r = -errno;
+		goto out;
+	}
+	r = listen_open(d);
+	if (r < 0)
+		goto out;
+	if ((r = epoll_add(d, d->listen_fd, TAG_LISTEN)) < 0 ||
+	    (r = epoll_add(d, d->signal_fd, TAG_SIGNAL)) < 0 ||
+	    (r = epoll_add(d, d->ring_efd, TAG_RING)) < 0 ||
+	    (r = epoll_add(d, workers_fd(d->workers), TAG_WORKERS)) < 0)
+		goto out;
+
+	log_info("server", "ready socket=%s root=%s staging_bytes=%llu slots_per_rank=%u "
+		 "queue_depth=%u request_size=%llu chunk_size=%llu workers=%u",
+		 cfg->socket_path, cfg->root, (unsigned long long)cfg->staging_bytes,
+		 cfg->slots_per_rank, cfg->queue_depth, (unsigned long long)cfg->request_bytes,
+		 (unsigned long long)cfg->chunk_bytes, nworkers);
+
+	while (!(d->stopping && d->busy == 0)) {
+		struct epoll_event evs[64];
+		int n = epoll_wait(d->epfd, evs, 64, d->stopping ? 100 : -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			log_error("server", "epoll_wait: %s", strerror(-r));
+			goto out;
+		}
+		for (int i = 0; i < n; i++) {
+			void *tag = evs[i].data.ptr;
+			if (tag == TAG_LISTEN) {
+				on_accept(d);
+			} else if (tag == TAG_SIGNAL) {
+				on_signal(d);
+			} else if (tag == TAG_RING) {
+				reap_ring(d);
+			} else if (tag == TAG_WORKERS) {
+				workers_dispatch(d->workers);
+			} else {
+				struct client *c = tag;
+				/* A client killed earlier in this batch is no longer
+				 * in the epoll set but may still be in evs: its
+				 * memory lives while refs > 0 only, so look it up. */
+				bool live = false;
+				for (struct client *x = d->clients; x; x = x->next)
+					if (x == c && !x->dead)
+						live = true;
+				if (!live)
+					continue;
+				if (evs[i].events & EPOLLOUT)
+					if (client_flush(c) < 0)
+						client_kill(c, "send failed");
+				if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
+					on_client_readable(c);
+			}
+		}
+	}
+	log_info("server", "stopped cleanly");
+	r = 0;
+out:
+	for (struct client *c = d->clients, *next; c; c = next) {
+		next = c->next;
+		client_kill(c, "ckptd stopping");
+	}
+	/* Runs the done callbacks of tasks still queued (error exits only),
+	 * which drop their client references. */
+	if (d->workers)
+		workers_destroy(d->workers);
+	while (d->clients)
+		client_free(d->clients);
+	writer_fini(d);
+	while (d->jobs) {
+		struct job *job = d->jobs;
+		d->jobs = job->next;
+		while (job->steps) {
+			struct step *st = job->steps;
+			job->steps = st->next;
+			if (st->votes)
+				for (uint32_t i = 0; i < st->world_size; i++)
+					ckpt_table_free(&st->votes[i].table);
+			free(st->votes);
+			free(st->saving);
+			free(st);
+		}
+		if (job->dirfd >= 0)
+			close(job->dirfd);
+		free(job->committed);
+		free(job->restore_pins);
+		free(job);
+	}
+	if (d->listen_fd >= 0) {
+		close(d->listen_fd);
+		unlink(cfg->socket_path);
+	}
+	if (d->signal_fd >= 0)
+		close(d->signal_fd);
+	if (d->ring_efd >= 0)
+		close(d->ring_efd);
+	if (d->epfd >= 0)
+		close(d->epfd);
+	if (d->root_fd >= 0)
+		close(d->root_fd);
+	return r;
+}

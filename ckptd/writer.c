@@ -1,1 +1,502 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * Shard writes: straight from the client's arena slot to
+ * step-N/rank-R.shard with io_uring (O_DIRECT where the file system takes
+ * it), many requests in flight across all saves, while a worker checksums
+ * the same bytes. Then fdatasync, the rank index (written durably by a
+ * worker), and a vote to the coordinator.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckptd.h"
+
+enum io_op { IO_WRITE = 1, IO_FSYNC = 2 };
+
+struct io_req {
+	struct save_job *job;
+	uint64_t off;
+	uint32_t len;
+	uint8_t op;
+};
+
+struct save_job {
+	struct save_job *next;     /* d->writing */
+	struct daemon *d;
+	struct client *c;
+	struct step *st;
+	uint32_t slot, rank;
+	uint64_t step;
+	uint8_t *base;
+	uint64_t data_bytes, blob_offset, blob_bytes;
+	uint32_t chunk_bytes;
+	struct ckpt_table table;
+	int stepfd, fd;
+	bool direct;
+	uint64_t next_off, written;
+	unsigned inflight;
+	int err;
+	char errmsg[CKPT_REASON_MAX + 1];
+	bool sync_sent, synced, csum_done, index_started;
+	uint32_t *chunk_crc;
+	uint64_t nchunks;
+	uint32_t blob_crc;
+	struct rank_vote vote;
+	int64_t started_ns;
+	char shard_name[32], index_name[32], step_name[32];
+};
+
+int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int writer_init(struct daemon *d)
+{
+	struct io_uring_params p = { 0 };
+	int r;
+
+	r = io_uring_queue_init_params(d->cfg->queue_depth * 2 < 8 ? 8 : d->cfg->queue_depth * 2,
+				       &d->ring, &p);
+	if (r < 0)
+		return r;
+	d->ring_ready = true;
+	r = io_uring_register_eventfd(&d->ring, d->ring_efd);
+	if (r < 0)
+		return r;
+	return 0;
+}
+
+void writer_fini(struct daemon *d)
+{
+	if (d->ring_ready)
+		io_uring_queue_exit(&d->ring);
+	d->ring_ready = false;
+}
+
+static void job_set_error(struct save_job *j, int err, const char *what)
+{
+	if (j->err)
+		return;
+	j->err = err;
+	snprintf(j->errmsg, sizeof(j->errmsg), "%s %s/%s/%s for rank %u, step %llu: %s",
+		 what, j->st->job->name, j->step_name, j->shard_name, j->rank,
+		 (unsigned long long)j->step, strerror(-err));
+}
+
+/* Worker: CRC-32C of every chunk of every extent (tensors, then the blob). */
+static void csum_run(void *arg)
+{
+	struct save_job *j = arg;
+	uint64_t k = 0;
+
+	for (uint32_t i = 0; i < j->table.count; i++) {
+		struct ckpt_tensor *t = &j->table.tensors[i];
+		uint32_t whole = 0;
+
+		for (uint64_t off = 0; off < t->nbytes; off += j->chunk_bytes) {
+			uint64_t n = t->nbytes - off < j->chunk_bytes ? t->nbytes - off : j->chunk_bytes;
+			uint32_t crc = ckpt_crc32c(0, j->base + t->data_offset + off, n);
+			j->chunk_crc[k++] = crc;
+			whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
+		}
+		t->crc32c = whole;
+	}
+	uint32_t whole = 0;
+	for (uint64_t off = 0; off < j->blob_bytes; off += j->chunk_bytes) {
+		uint64_t n = j->blob_bytes - off < j->chunk_bytes ? j->blob_bytes - off : j->chunk_bytes;
+		uint32_t crc = ckpt_crc32c(0, j->base + j->blob_offset + off, n);
+		j->chunk_crc[k++] = crc;
+		whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
+	}
+	j->blob_crc = whole;
+}
+
+static void job_advance(struct save_job *j);
+
+static void csum_done(void *arg)
+{
+	struct save_job *j = arg;
+
+	j->csum_done = true;
+	job_advance(j);
+}
+
+/* Worker: encode and durably write the rank index. */
+static void index_run(void *arg)
+{
+	struct save_job *j = arg;
+	struct ckpt_index idx;
+	void *buf = NULL;
+	ssize_t n;
+	int r;
+
+	memset(&idx, 0, sizeof(idx));
+	snprintf(idx.job, sizeof(idx.job), "%s", j->st->job->name);
+	idx.step = j->step;
+	idx.rank = j->rank;
+	idx.world_size = j->st->world_size;
+	idx.chunk_bytes = j->chunk_bytes;
+	idx.shard_bytes = j->data_bytes;
+	idx.blob_offset = j->blob_offset;
+	idx.blob_bytes = j->blob_bytes;
+	idx.blob_crc32c = j->blob_crc;
+	idx.created_unix_ns = 0;
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		idx.created_unix_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	}
+	idx.table = j->table;
+	idx.chunk_count = (uint32_t)j->nchunks;
+	idx.chunk_crc = j->chunk_crc;
+	n = ckpt_index_encode(&idx, &buf);
+	if (n < 0) {
+		r = (int)n;
+		goto fail;
+	}
+	r = store_write_file_durable(j->stepfd, j->index_name, buf, (size_t)n);
+	if (r < 0)
+		goto fail;
+	store_sha256(buf, (size_t)n, j->vote.index_sha256);
+	j->vote.index_bytes = (uint64_t)n;
+	free(buf);
+	return;
+fail:
+	free(buf);
+	j->err = r;
+	snprintf(j->errmsg, sizeof(j->errmsg),
+		 "writing index %s/%s/%s for rank %u, step %llu: %s",
+		 j->st->job->name, j->step_name, j->index_name, j->rank,
+		 (unsigned long long)j->step, strerror(-r));
+}
+
+static void job_free(struct save_job *j)
+{
+	if (j->fd >= 0)
+		close(j->fd);
+	if (j->stepfd >= 0)
+		close(j->stepfd);
+	ckpt_table_free(&j->table);
+	ckpt_table_free(&j->vote.table);
+	free(j->chunk_crc);
+	free(j);
+}
+
+static void writing_remove(struct save_job *j)
+{
+	for (struct save_job **p = &j->d->writing; *p; p = &(*p)->next) {
+		if (*p == j) {
+			*p = j->next;
+			break;
+		}
+	}
+}
+
+/* The save is over, durable or not: free the slot, tell the rank and the
+ * coordinator. */
+static void job_finish(struct save_job *j)
+{
+	struct daemon *d = j->d;
+	struct client *c = j->c;
+	struct step *st = j->st;
+	double secs = (double)(now_ns() - j->started_ns) / 1e9;
+
+	writing_remove(j);
+	if (!c->dead && j->slot < c->slots)
+		c->slot_state[j->slot] = SLOT_CLIENT;
+	if (j->err) {
+		log_warn("writer", "save failed job=%s step=%llu rank=%u error=\"%s\"",
+			 st->job->name, (unsigned long long)j->step, j->rank, j->errmsg);
+		if (!c->dead)
+			client_send_status(c, j->step, CKPT_STATE_FAILED, j->err, j->slot,
+					   j->errmsg);
+		coord_save_done(st, j->rank);
+		coord_fail(st, -CKPT_E_ABORTED, "%s", j->errmsg);
+	} else {
+		log_info("writer", "durable job=%s step=%llu rank=%u bytes=%llu seconds=%.3f direct=%d",
+			 st->job->name, (unsigned long long)j->step, j->rank,
+			 (unsigned long long)j->data_bytes, secs, j->direct);
+		if (st->state == STEP_FAILED) {
+			if (!c->dead)
+				client_send_status(c, j->step, CKPT_STATE_FAILED, st->error,
+						   j->slot, st->reason);
+			coord_save_done(st, j->rank);
+		} else {
+			if (!c->dead)
+				client_send_status(c, j->step, CKPT_STATE_DURABLE, 0, j->slot, NULL);
+			j->vote.durable = true;
+			j->vote.shard_bytes = j->data_bytes;
+			j->vote.blob_bytes = j->blob_bytes;
+			j->vote.blob_crc32c = j->blob_crc;
+			j->vote.table = j->table;   /* handed to the coordinator */
+			memset(&j->table, 0, sizeof(j->table));
+			coord_save_done(st, j->rank);
+			coord_vote(st, j->rank, &j->vote);
+			memset(&j->vote, 0, sizeof(j->vote));
+		}
+	}
+	d->busy--;
+	client_unref(c);
+	job_free(j);
+}
+
+static void index_done(void *arg)
+{
+	job_finish(arg);
+}
+
+static void job_advance(struct save_job *j)
+{
+	struct daemon *d = j->d;
+
+	if (j->inflight > 0 || !j->csum_done || j->index_started)
+		return;
+	if (j->err) {
+		j->index_started = true;
+		job_finish(j);
+		return;
+	}
+	if (j->written < j->data_bytes)
+		return; /* more to submit: writer_pump */
+	if (!j->sync_sent) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+		struct io_req *req = malloc(sizeof(*req));
+
+		if (!sqe || !req) {
+			free(req);
+			/* Ring full: a completion will bring us back here. */
+			if (!sqe && d->ring_inflight > 0)
+				return;
+			job_set_error(j, -ENOMEM, "syncing");
+			j->index_started = true;
+			job_finish(j);
+			return;
+		}
+		req->job = j;
+		req->op = IO_FSYNC;
+		req->off = 0;
+		req->len = 0;
+		io_uring_prep_fsync(sqe, j->fd, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data(sqe, req);
+		j->sync_sent = true;
+		j->inflight++;
+		d->ring_inflight++;
+		io_uring_submit(&d->ring);
+		return;
+	}
+	if (!j->synced)
+		return;
+	j->index_started = true;
+	if (workers_submit(d->workers, index_run, index_done, j) < 0) {
+		job_set_error(j, -ENOMEM, "indexing");
+		job_finish(j);
+	}
+}
+
+void writer_pump(struct daemon *d)
+{
+	bool progress = true;
+	unsigned submitted = 0;
+
+	while (progress && d->ring_inflight < d->cfg->queue_depth) {
+		progress = false;
+		for (struct save_job *j = d->writing; j && d->ring_inflight < d->cfg->queue_depth;
+		     j = j->next) {
+			if (j->err || j->next_off >= j->data_bytes)
+				continue;
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+			if (!sqe)
+				goto out;
+			struct io_req *req = malloc(sizeof(*req));
+			if (!req) {
+				/* Give the sqe back as a no-op that completes harmlessly. */
+				io_uring_prep_nop(sqe);
+				io_uring_sqe_set_data(sqe, NULL);
+				d->ring_inflight++;
+				goto out;
+			}
+			uint64_t left = j->data_bytes - j->next_off;
+			req->job = j;
+			req->op = IO_WRITE;
+			req->off = j->next_off;
+			req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
+			io_uring_prep_write(sqe, j->fd, j->base + req->off, req->len, req->off);
+			io_uring_sqe_set_data(sqe, req);
+			j->next_off += req->len;
+			j->inflight++;
+			d->ring_inflight++;
+			submitted++;
+			progress = true;
+		}
+	}
+out:
+	if (submitted)
+		io_uring_submit(&d->ring);
+}
+
+void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
+{
+	struct io_req *req = io_uring_cqe_get_data(cqe);
+	int res = cqe->res;
+
+	d->ring_inflight--;
+	if (!req)
+		return;
+	struct save_job *j = req->job;
+	j->inflight--;
+	if (req->op == IO_WRITE) {
+		if (res < 0) {
+			job_set_error(j, res, "writing");
+		} else if ((uint32_t)res < req->len) {
+			if (res == 0) {
+				job_set_error(j, -EIO, "writing (no progress)");
+			} else {
+				/* Short write: queue the rest right away. */
+				struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+				j->written += (uint64_t)res;
+				if (sqe) {
+					req->off += (uint64_t)res;
+					req->len -= (uint32_t)res;
+					io_uring_prep_write(sqe, j->fd, j->base + req->off, req->len,
+							    req->off);
+					io_uring_sqe_set_data(sqe, req);
+					j->inflight++;
+					d->ring_inflight++;
+					io_uring_submit(&d->ring);
+					return;
+				}
+				job_set_error(j, -EBUSY, "writing (ring full on a short write)");
+			}
+		} else {
+			j->written += (uint64_t)res;
+		}
+	} else if (req->op == IO_FSYNC) {
+		if (res < 0)
+			job_set_error(j, res, "syncing");
+		else
+			j->synced = true;
+	}
+	free(req);
+	job_advance(j);
+}
+
+static int open_shard(struct save_job *j, char *err, size_t errlen)
+{
+	struct daemon *d = j->d;
+	int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW;
+	bool try_direct = d->cfg->direct_io == DIRECT_IO_ON ||
+			  (d->cfg->direct_io == DIRECT_IO_AUTO && d->direct_io != 0);
+
+	if (try_direct) {
+		j->fd = openat(j->stepfd, j->shard_name, flags | O_DIRECT, 0640);
+		if (j->fd >= 0) {
+			j->direct = true;
+			if (d->direct_io < 0)
+				d->direct_io = 1;
+			return 0;
+		}
+		if (errno != EINVAL || d->cfg->direct_io == DIRECT_IO_ON) {
+			int r = -errno;
+			snprintf(err, errlen, "opening %s/%s/%s%s: %s", j->st->job->name,
+				 j->step_name, j->shard_name,
+				 d->cfg->direct_io == DIRECT_IO_ON ? " with O_DIRECT (direct_io=on)" : "",
+				 strerror(-r));
+			return r;
+		}
+		log_info("writer", "file system refuses O_DIRECT, using buffered writes root=%s",
+			 d->cfg->root);
+		d->direct_io = 0;
+	}
+	j->fd = openat(j->stepfd, j->shard_name, flags, 0640);
+	if (j->fd < 0) {
+		int r = -errno;
+		snprintf(err, errlen, "opening %s/%s/%s: %s", j->st->job->name, j->step_name,
+			 j->shard_name, strerror(-r));
+		return r;
+	}
+	j->direct = false;
+	return 0;
+}
+
+int writer_start(struct client *c, struct step *st, uint32_t slot,
+		 const struct ckpt_msg_save *msg, struct ckpt_table *table,
+		 char *err, size_t errlen)
+{
+	struct daemon *d = c->d;
+	struct save_job *j = calloc(1, sizeof(*j));
+	int r;
+
+	if (!j) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	j->d = d;
+	j->c = c;
+	j->st = st;
+	j->slot = slot;
+	j->rank = c->rank;
+	j->step = st->step;
+	j->base = c->arena + (uint64_t)slot * c->slot_bytes;
+	j->data_bytes = msg->data_bytes;
+	j->blob_offset = msg->blob_offset;
+	j->blob_bytes = msg->blob_bytes;
+	j->chunk_bytes = (uint32_t)d->cfg->chunk_bytes;
+	j->stepfd = -1;
+	j->fd = -1;
+	j->started_ns = now_ns();
+	ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step);
+	ckpt_shard_filename(j->shard_name, sizeof(j->shard_name), c->rank);
+	ckpt_index_filename(j->index_name, sizeof(j->index_name), c->rank);
+	/* The job owns the table from here, whatever happens. */
+	j->table = *table;
+	memset(table, 0, sizeof(*table));
+
+	j->nchunks = ckpt_chunk_count(&j->table, j->blob_bytes, j->chunk_bytes);
+	j->chunk_crc = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
+	if (!j->chunk_crc || j->nchunks > UINT32_MAX) {
+		r = -ENOMEM;
+		snprintf(err, errlen, "out of memory for %llu chunk checksums",
+			 (unsigned long long)j->nchunks);
+		goto fail;
+	}
+	if (mkdirat(st->job->dirfd, j->step_name, 0750) < 0 && errno != EEXIST) {
+		r = -errno;
+		snprintf(err, errlen, "creating %s/%s: %s", st->job->name, j->step_name,
+			 strerror(-r));
+		goto fail;
+	}
+	j->stepfd = openat(st->job->dirfd, j->step_name,
+			   O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (j->stepfd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "opening %s/%s: %s", st->job->name, j->step_name,
+			 strerror(-r));
+		goto fail;
+	}
+	r = open_shard(j, err, errlen);
+	if (r < 0)
+		goto fail;
+	r = workers_submit(d->workers, csum_run, csum_done, j);
+	if (r < 0) {
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	c->refs++;
+	d->busy++;
+	j->next = d->writing;
+	d->writing = j;
+	writer_pump(d);
+	return 0;
+fail:
+	job_free(j);
+	return r;
+}

@@ -305,4 +305,14 @@ void ckpt_manifest_free(struct ckpt_manifest *m);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void ckpt_hex(char *out, const uint8_t *bytes, size_t n);
 
+/* ---- Element types --------------------------------------------------------
+ * Element sizes and names as proto uses them for validation and in
+ * MANIFEST.json; libckpt's ckpt_dtype_size()/ckpt_dtype_name() must agree
+ * (they may simply call these).
+ */
+/* Bytes per element, or 0 for an unknown dtype. */
+size_t ckpt_proto_dtype_size(uint32_t dtype);
+/* "f32", "bf16", ... as written in MANIFEST.json; NULL if unknown. */
+const char *ckpt_proto_dtype_name(uint32_t dtype);
+
 #endif

@@ -1,1 +1,386 @@
 /* SPDX-License-Identifier: MIT */
+/*
+ * libckpt <-> ckptd messages (PROTOCOL.md, "Encoding"). The encoder checks
+ * its output with the decoder, so whatever one side can send the other
+ * side accepts.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Longest string each message may carry, in bytes (no NUL on the wire). */
+#define REASON_MAX CKPT_REASON_MAX
+
+static void wr_str(struct wr *w, const char *s, size_t max)
+{
+	size_t n = strnlen(s, max + 1);
+
+	if (n > max) {
+		w->ok = false;
+		return;
+	}
+	wr_u16(w, (uint16_t)n);
+	wr_bytes(w, s, n);
+}
+
+/* Read a u16-prefixed string into dst (cap >= max + 1), NUL-terminated.
+ * Refuses over-long strings and embedded NULs. */
+static void rd_str(struct rd *r, char *dst, size_t max)
+{
+	size_t n = rd_u16(r);
+	const uint8_t *s;
+
+	if (n > max) {
+		r->ok = false;
+		return;
+	}
+	s = rd_take(r, n);
+	if (!s || memchr(s, '\0', n)) {
+		r->ok = false;
+		return;
+	}
+	memcpy(dst, s, n);
+	dst[n] = '\0';
+}
+
+static void wr_extents(struct wr *w, uint64_t data_bytes, uint64_t table_offset,
+		       uint64_t table_bytes, uint64_t blob_offset, uint64_t blob_bytes)
+{
+	wr_u64(w, data_bytes);
+	wr_u64(w, table_offset);
+	wr_u64(w, table_bytes);
+	wr_u64(w, blob_offset);
+	wr_u64(w, blob_bytes);
+}
+
+/* What a SAVE or RESTORE_OK says about the slot layout, checked without
+ * knowing the slot size (ckptd checks that against the slot). */
+static bool extents_valid(uint64_t data_bytes, uint64_t table_offset,
+			  uint64_t table_bytes, uint64_t blob_offset, uint64_t blob_bytes)
+{
+	if (data_bytes % CKPT_ALIGN || table_offset % CKPT_ALIGN)
+		return false;
+	if (table_offset < data_bytes)
+		return false;
+	if (table_bytes < 24 || table_bytes > CKPT_TABLE_MAX_BYTES)
+		return false;
+	if (table_bytes > UINT64_MAX - table_offset)
+		return false;
+	if (blob_bytes > 0) {
+		if (blob_offset % CKPT_ALIGN)
+			return false;
+		if (blob_offset > data_bytes || blob_bytes > data_bytes - blob_offset)
+			return false;
+	}
+	return true;
+}
+
+static int encode_body(const struct ckpt_msg *m, struct wr *w)
+{
+	switch (m->type) {
+	case CKPT_MSG_HELLO: {
+		const struct ckpt_msg_hello *b = &m->u.hello;
+
+		wr_str(w, b->job, CKPT_JOB_NAME_MAX);
+		wr_u32(w, b->rank);
+		wr_u32(w, b->world_size);
+		wr_u32(w, b->local_rank);
+		wr_u32(w, b->flags);
+		wr_u64(w, b->max_save_bytes);
+		wr_u32(w, b->pid);
+		break;
+	}
+	case CKPT_MSG_HELLO_OK: {
+		const struct ckpt_msg_hello_ok *b = &m->u.hello_ok;
+
+		wr_u32(w, b->slots);
+		wr_u32(w, b->flags);
+		wr_u64(w, b->slot_bytes);
+		wr_u64(w, b->arena_bytes);
+		wr_u32(w, b->chunk_bytes);
+		wr_u32(w, b->reserved);
+		wr_u64(w, b->latest_step);
+		break;
+	}
+	case CKPT_MSG_SAVE: {
+		const struct ckpt_msg_save *b = &m->u.save;
+
+		wr_u64(w, b->step);
+		wr_u32(w, b->slot);
+		wr_u32(w, b->flags);
+		wr_extents(w, b->data_bytes, b->table_offset, b->table_bytes,
+			   b->blob_offset, b->blob_bytes);
+		break;
+	}
+	case CKPT_MSG_SAVE_OK:
+		wr_u64(w, m->u.save_ok.step);
+		wr_u32(w, m->u.save_ok.slot);
+		break;
+	case CKPT_MSG_STATUS: {
+		const struct ckpt_msg_status *b = &m->u.status;
+
+		wr_u64(w, b->step);
+		wr_u32(w, b->state);
+		wr_u32(w, (uint32_t)b->error);
+		wr_u32(w, b->slot_freed);
+		wr_str(w, b->reason, REASON_MAX);
+		break;
+	}
+	case CKPT_MSG_SKIP:
+	case CKPT_MSG_QUERY:
+		wr_u64(w, m->u.step.step);
+		break;
+	case CKPT_MSG_LIST:
+	case CKPT_MSG_BYE:
+		break;
+	case CKPT_MSG_LIST_OK: {
+		const struct ckpt_msg_list_ok *b = &m->u.list_ok;
+
+		if (b->count > CKPT_LIST_MAX)
+			return -EINVAL;
+		wr_u32(w, b->total);
+		wr_u32(w, b->count);
+		for (uint32_t i = 0; i < b->count; i++)
+			wr_u64(w, b->steps[i]);
+		break;
+	}
+	case CKPT_MSG_RESTORE:
+		wr_u64(w, m->u.restore.step);
+		wr_u32(w, m->u.restore.slot);
+		wr_u32(w, m->u.restore.flags);
+		break;
+	case CKPT_MSG_RESTORE_OK: {
+		const struct ckpt_msg_restore_ok *b = &m->u.restore_ok;
+
+		wr_u64(w, b->step);
+		wr_u32(w, b->slot);
+		wr_u32(w, b->flags);
+		wr_extents(w, b->data_bytes, b->table_offset, b->table_bytes,
+			   b->blob_offset, b->blob_bytes);
+		wr_str(w, b->warning, REASON_MAX);
+		break;
+	}
+	case CKPT_MSG_RELEASE:
+		wr_u32(w, m->u.release.slot);
+		break;
+	case CKPT_MSG_ERROR:
+		wr_u32(w, (uint32_t)m->u.error.code);
+		wr_str(w, m->u.error.message, REASON_MAX);
+		break;
+	default:
+		return -EINVAL;
+	}
+	return 0;
+}
+
+ssize_t ckpt_msg_encode(const struct ckpt_msg *m, void *buf, size_t cap)
+{
+	uint8_t tmp[CKPT_MSG_MAX_BYTES];
+	struct ckpt_msg check;
+	struct wr w;
+	int ret;
+
+	if (!m || !buf)
+		return -EINVAL;
+	/* Encode into a private buffer first: a string too long for its field
+	 * must be -EINVAL, not -ENOBUFS, whatever the caller's cap. */
+	wr_init(&w, tmp, sizeof(tmp));
+	wr_zeros(&w, CKPT_WIRE_HDR_BYTES);
+	ret = encode_body(m, &w);
+	if (ret < 0 || !w.ok)
+		return -EINVAL;
+	put_le32(tmp, CKPT_WIRE_MAGIC);
+	put_le16(tmp + 4, CKPT_WIRE_VERSION);
+	put_le16(tmp + 6, (uint16_t)m->type);
+	put_le32(tmp + 8, (uint32_t)w.pos);
+	put_le32(tmp + 12, m->seq);
+	if (ckpt_msg_decode(tmp, w.pos, &check) < 0)
+		return -EINVAL;
+	if (cap < w.pos)
+		return -ENOBUFS;
+	memcpy(buf, tmp, w.pos);
+	return (ssize_t)w.pos;
+}
+
+static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
+{
+	switch (type) {
+	case CKPT_MSG_HELLO: {
+		struct ckpt_msg_hello *b = &out->u.hello;
+
+		rd_str(r, b->job, CKPT_JOB_NAME_MAX);
+		b->rank = rd_u32(r);
+		b->world_size = rd_u32(r);
+		b->local_rank = rd_u32(r);
+		b->flags = rd_u32(r);
+		b->max_save_bytes = rd_u64(r);
+		b->pid = rd_u32(r);
+		return r->ok && ckpt_job_name_check(b->job, strlen(b->job)) == 0 &&
+		       b->world_size >= 1 && b->rank < b->world_size && b->flags == 0;
+	}
+	case CKPT_MSG_HELLO_OK: {
+		struct ckpt_msg_hello_ok *b = &out->u.hello_ok;
+
+		b->slots = rd_u32(r);
+		b->flags = rd_u32(r);
+		b->slot_bytes = rd_u64(r);
+		b->arena_bytes = rd_u64(r);
+		b->chunk_bytes = rd_u32(r);
+		b->reserved = rd_u32(r);
+		b->latest_step = rd_u64(r);
+		return r->ok && b->slots >= 1 && b->slot_bytes >= CKPT_ALIGN &&
+		       b->slot_bytes % CKPT_ALIGN == 0 &&
+		       b->slot_bytes <= UINT64_MAX / b->slots &&
+		       b->arena_bytes == b->slots * b->slot_bytes &&
+		       b->chunk_bytes >= CKPT_CHUNK_MIN && b->chunk_bytes <= CKPT_CHUNK_MAX &&
+		       b->reserved == 0 && (b->flags & ~CKPT_HELLO_F_SKIP_POLICY) == 0;
+	}
+	case CKPT_MSG_SAVE: {
+		struct ckpt_msg_save *b = &out->u.save;
+
+		b->step = rd_u64(r);
+		b->slot = rd_u32(r);
+		b->flags = rd_u32(r);
+		b->data_bytes = rd_u64(r);
+		b->table_offset = rd_u64(r);
+		b->table_bytes = rd_u64(r);
+		b->blob_offset = rd_u64(r);
+		b->blob_bytes = rd_u64(r);
+		return r->ok && b->step != CKPT_NO_STEP && b->slot != CKPT_NO_SLOT &&
+		       b->flags == 0 &&
+		       extents_valid(b->data_bytes, b->table_offset, b->table_bytes,
+				     b->blob_offset, b->blob_bytes);
+	}
+	case CKPT_MSG_SAVE_OK:
+		out->u.save_ok.step = rd_u64(r);
+		out->u.save_ok.slot = rd_u32(r);
+		return r->ok && out->u.save_ok.step != CKPT_NO_STEP &&
+		       out->u.save_ok.slot != CKPT_NO_SLOT;
+	case CKPT_MSG_STATUS: {
+		struct ckpt_msg_status *b = &out->u.status;
+
+		b->step = rd_u64(r);
+		b->state = rd_u32(r);
+		b->error = (int32_t)rd_u32(r);
+		b->slot_freed = rd_u32(r);
+		rd_str(r, b->reason, REASON_MAX);
+		return r->ok && b->state <= CKPT_STATE_FAILED && b->error <= 0;
+	}
+	case CKPT_MSG_SKIP:
+	case CKPT_MSG_QUERY:
+		out->u.step.step = rd_u64(r);
+		return r->ok && out->u.step.step != CKPT_NO_STEP;
+	case CKPT_MSG_LIST:
+	case CKPT_MSG_BYE:
+		return true;
+	case CKPT_MSG_LIST_OK: {
+		struct ckpt_msg_list_ok *b = &out->u.list_ok;
+
+		b->total = rd_u32(r);
+		b->count = rd_u32(r);
+		if (!r->ok || b->count > CKPT_LIST_MAX || b->count > b->total)
+			return false;
+		for (uint32_t i = 0; i < b->count; i++) {
+			b->steps[i] = rd_u64(r);
+			if (b->steps[i] == CKPT_NO_STEP ||
+			    (i > 0 && b->steps[i] <= b->steps[i - 1]))
+				return false;
+		}
+		/* A partial list is the newest steps: it is full or complete. */
+		return r->ok && (b->count == b->total || b->count == CKPT_LIST_MAX);
+	}
+	case CKPT_MSG_RESTORE:
+		out->u.restore.step = rd_u64(r);
+		out->u.restore.slot = rd_u32(r);
+		out->u.restore.flags = rd_u32(r);
+		return r->ok && out->u.restore.slot != CKPT_NO_SLOT &&
+		       (out->u.restore.flags & ~CKPT_RESTORE_F_EXACT) == 0;
+	case CKPT_MSG_RESTORE_OK: {
+		struct ckpt_msg_restore_ok *b = &out->u.restore_ok;
+
+		b->step = rd_u64(r);
+		b->slot = rd_u32(r);
+		b->flags = rd_u32(r);
+		b->data_bytes = rd_u64(r);
+		b->table_offset = rd_u64(r);
+		b->table_bytes = rd_u64(r);
+		b->blob_offset = rd_u64(r);
+		b->blob_bytes = rd_u64(r);
+		rd_str(r, b->warning, REASON_MAX);
+		return r->ok && b->step != CKPT_NO_STEP && b->slot != CKPT_NO_SLOT &&
+		       (b->flags & ~CKPT_RESTORE_OK_F_FELL_BACK) == 0 &&
+		       extents_valid(b->data_bytes, b->table_offset, b->table_bytes,
+				     b->blob_offset, b->blob_bytes);
+	}
+	case CKPT_MSG_RELEASE:
+		out->u.release.slot = rd_u32(r);
+		return r->ok && out->u.release.slot != CKPT_NO_SLOT;
+	case CKPT_MSG_ERROR:
+		out->u.error.code = (int32_t)rd_u32(r);
+		rd_str(r, out->u.error.message, REASON_MAX);
+		return r->ok && out->u.error.code < 0;
+	default:
+		return false;
+	}
+}
+
+int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out)
+{
+	const uint8_t *p = buf;
+	uint32_t type, length;
+	struct rd r;
+
+	if (!buf || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if (len < CKPT_WIRE_HDR_BYTES)
+		return -EBADMSG;
+	if (get_le32(p) != CKPT_WIRE_MAGIC)
+		return -EBADMSG;
+	if (get_le16(p + 4) != CKPT_WIRE_VERSION)
+		return -EPROTONOSUPPORT;
+	type = get_le16(p + 6);
+	length = get_le32(p + 8);
+	if (length != len)
+		return -EBADMSG;
+	if (len > CKPT_MSG_MAX_BYTES)
+		return -E2BIG;
+	out->type = type;
+	out->seq = get_le32(p + 12);
+	rd_init(&r, p + CKPT_WIRE_HDR_BYTES, len - CKPT_WIRE_HDR_BYTES);
+	if (!decode_body(type, &r, out) || !r.ok || r.pos != r.len) {
+		memset(out, 0, sizeof(*out));
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+unsigned ckpt_msg_fd_count(uint32_t type)
+{
+	return type == CKPT_MSG_HELLO_OK ? 1 : 0;
+}
+
+const char *ckpt_msg_type_name(uint32_t type)
+{
+	static const char *const names[] = {
+		[CKPT_MSG_HELLO] = "HELLO",
+		[CKPT_MSG_HELLO_OK] = "HELLO_OK",
+		[CKPT_MSG_SAVE] = "SAVE",
+		[CKPT_MSG_SAVE_OK] = "SAVE_OK",
+		[CKPT_MSG_STATUS] = "STATUS",
+		[CKPT_MSG_SKIP] = "SKIP",
+		[CKPT_MSG_QUERY] = "QUERY",
+		[CKPT_MSG_LIST] = "LIST",
+		[CKPT_MSG_LIST_OK] = "LIST_OK",
+		[CKPT_MSG_RESTORE] = "RESTORE",
+		[CKPT_MSG_RESTORE_OK] = "RESTORE_OK",
+		[CKPT_MSG_RELEASE] = "RELEASE",
+		[CKPT_MSG_ERROR] = "ERROR",
+		[CKPT_MSG_BYE] = "BYE",
+	};
+
+	if (type < sizeof(names) / sizeof(names[0]) && names[type])
+		return names[type];
+	return "UNKNOWN";
+}

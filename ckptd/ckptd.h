@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckptd internals: the daemon state shared by server.c (event loop and
+ * clients), writer.c (io_uring shard writes), coord.c (votes, commit,
+ * retention, recovery), restore.c and workers.c.
+ *
+ * Threading: everything here is owned by the event-loop thread, except what
+ * a worker task is handed explicitly (see workers.h); a task's result comes
+ * back to the loop through its done callback.
+ */
+#ifndef CKPTD_H
+#define CKPTD_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "log.h"
+#include "proto.h"
+#include "store.h"
+#include "workers.h"
+
+struct daemon;
+struct job;
+struct step;
+struct client;
+struct save_job;
+
+enum slot_state {
+	SLOT_CLIENT = 0,   /* the client's to fill */
+	SLOT_SAVING,       /* ckptd is writing it */
+	SLOT_RESTORING,    /* ckptd is reading into it, or the client is reading it */
+};
+
+struct outmsg {
+	struct outmsg *next;
+	size_t len;
+	uint8_t buf[];
+};
+
+struct client {
+	struct daemon *d;
+	struct client *next;
+	int fd;
+	uint64_t id;          /* connection number, for logs */
+	uint64_t generation;  /* d->generation at HELLO */
+	pid_t pid;
+	uid_t uid;
+	bool hello_done;
+	bool dead;            /* connection closed; freed when refs == 0 */
+	unsigned refs;        /* save jobs and restores using the arena */
+	struct job *job;
+	uint32_t rank, world_size, local_rank;
+	uint64_t last_step;   /* CKPT_NO_STEP before the first SAVE/SKIP */
+	/* arena */
+	int arena_fd;
+	uint8_t *arena;
+	uint64_t arena_bytes, slot_bytes;
+	uint32_t slots;
+	uint8_t *slot_state;  /* enum slot_state per slot */
+	uint64_t *slot_step;  /* step a SAVING slot belongs to */
+	/* replies that did not fit the socket buffer */
+	struct outmsg *out_head, *out_tail;
+	bool want_out;
+};
+
+/* One rank's durable shard of a step: its vote. */
+struct rank_vote {
+	bool durable;
+	uint64_t shard_bytes;
+	uint64_t index_bytes;
+	uint8_t index_sha256[32];
+	uint64_t blob_bytes;
+	uint32_t blob_crc32c;
+	struct ckpt_table table; /* with crc32c filled in */
+};
+
+enum step_state { STEP_OPEN = 0, STEP_COMMITTING, STEP_COMMITTED, STEP_FAILED };
+
+struct step {
+	struct step *next;
+	struct job *job;
+	uint64_t step;
+	uint32_t world_size;
+	enum step_state state;
+	uint32_t votes_in;
+	struct rank_vote *votes;   /* world_size entries */
+	uint8_t *saving;           /* per rank: a save job is in flight */
+	unsigned inflight;         /* save jobs not yet finished */
+	uint64_t failed_generation;/* d->generation when it failed */
+	int error;
+	char reason[CKPT_REASON_MAX + 1];
+	bool removing;             /* its directory is being removed */
+	int64_t opened_ns;
+};
+
+struct job {
+	struct job *next;
+	struct daemon *d;
+	char name[CKPT_JOB_NAME_MAX + 1];
+	int dirfd;
+	uint32_t world_size;       /* of the connected ranks; 0 when none */
+	unsigned clients;
+	uint64_t *committed;       /* ascending */
+	size_t n_committed, cap_committed;
+	unsigned *restore_pins;    /* parallel to committed: restores in progress */
+	struct step *steps;        /* open, committing and recently failed steps */
+	unsigned retention_running;
+};
+
+struct io_req;
+
+struct daemon {
+	struct ckptd_config *cfg;
+	int epfd;
+	int listen_fd;
+	int signal_fd;
+	int ring_efd;
+	struct io_uring ring;
+	bool ring_ready;
+	unsigned ring_inflight;
+	int root_fd;
+	struct workers *workers;
+	struct client *clients;
+	unsigned n_clients;
+	uint64_t next_client_id;
+	uint64_t generation;       /* bumped at each HELLO and step failure */
+	struct job *jobs;
+	struct save_job *writing;  /* save jobs with I/O to submit or in flight */
+	uint64_t staging_used;
+	int direct_io;             /* -1 unknown, 0 no, 1 yes (auto mode) */
+	bool stopping;
+	bool can_mlock;
+	unsigned busy;             /* saves, commits, removals, restores in flight */
+};
+
+/* server.c */
+void client_send(struct client *c, const struct ckpt_msg *m);
+void client_send_status(struct client *c, uint64_t step, enum ckpt_state state,
+			int error, uint32_t slot_freed, const char *reason);
+struct client *job_client_for_rank(struct job *job, uint32_t rank);
+void client_unref(struct client *c);
+
+/* writer.c */
+int writer_init(struct daemon *d);
+void writer_fini(struct daemon *d);
+/* Start writing the slot; on success the job owns a client reference. */
+int writer_start(struct client *c, struct step *st, uint32_t slot,
+		 const struct ckpt_msg_save *msg, struct ckpt_table *table,
+		 char *err, size_t errlen);
+void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe);
+void writer_pump(struct daemon *d);
+
+/* coord.c */
+int coord_recover(struct daemon *d);
+struct job *job_get(struct daemon *d, const char *name, bool create);
+bool job_is_committed(const struct job *job, uint64_t step);
+uint64_t job_latest(const struct job *job);
+struct step *step_find(struct job *job, uint64_t step);
+struct step *step_get(struct job *job, uint64_t step, uint32_t world_size);
+/* Reuse a failed step's record for a new incarnation of the job. */
+int step_reopen(struct step *st, uint32_t world_size);
+/*
+ * A vote: `rank` of the job holds `step` durably. Local writers call it;
+ * the peer link of a multi-node job calls it for remote ranks. Takes the
+ * vote's table. Commits when every rank of the world has voted.
+ */
+void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote);
+/* The step can never commit: tell every participant, remove it when idle. */
+void coord_fail(struct step *st, int error, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A save job of the step finished (durable or not). */
+void coord_save_done(struct step *st, uint32_t rank);
+/* A rank's connection went away (or skipped): steps it cannot finish fail. */
+void coord_rank_gone(struct job *job, uint32_t rank, const char *why);
+void coord_state_of(struct job *job, uint64_t step, struct ckpt_msg_status *out);
+void job_pin(struct job *job, uint64_t step, int delta);
+
+/* arena.c */
+/* Size, create, seal, populate (and mlock where allowed) c's arena. */
+int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
+		 char *err, size_t errlen);
+void arena_destroy(struct client *c);
+uint64_t arena_slot_bytes(uint64_t max_save_bytes);
+
+/* restore.c */
+int restore_start(struct client *c, uint32_t slot, uint64_t step,
+		  uint32_t flags, uint32_t seq);
+
+int64_t now_ns(void);
+
+#endif

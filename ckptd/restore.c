@@ -1,0 +1,383 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Restore: a worker reads one rank's shard of a committed step into the
+ * client's slot with its own io_uring (O_DIRECT where possible, many reads
+ * in flight), checks the index against the manifest digest and every chunk
+ * against the index, and writes the tensor table after the data. A step
+ * that does not verify gives way to the next older committed step.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckptd.h"
+
+struct restore {
+	struct client *c;
+	struct job *job;
+	uint32_t slot, flags, seq, rank;
+	uint64_t want;
+	uint64_t *cand;
+	size_t ncand;
+	uint8_t *base;
+	uint64_t slot_bytes;
+	unsigned qd;
+	uint64_t req_bytes;
+	enum direct_io_mode direct_mode;
+	/* result */
+	int result;
+	char err[CKPT_REASON_MAX + 1];
+	struct ckpt_msg_restore_ok ok;
+};
+
+static void append(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...)
+{
+	size_t len = strnlen(buf, cap);
+	va_list ap;
+
+	if (len + 1 >= cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(buf + len, cap - len, fmt, ap);
+	va_end(ap);
+}
+
+static int read_shard(struct restore *rs, int stepfd, const char *name,
+		      uint64_t bytes, char *err, size_t errlen)
+{
+	struct io_uring ring;
+	struct stat sb;
+	int fd = -1, r;
+	bool direct = rs->direct_mode != DIRECT_IO_OFF;
+
+	fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
+	if (fd < 0 && direct && errno == EINVAL && rs->direct_mode == DIRECT_IO_AUTO)
+		fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "opening %s: %s", name, strerror(-r));
+		return r;
+	}
+	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != bytes) {
+		snprintf(err, errlen, "%s is %lld bytes, the index says %llu", name,
+			 (long long)sb.st_size, (unsigned long long)bytes);
+		close(fd);
+		return -CKPT_E_CORRUPT;
+	}
+	r = io_uring_queue_init(rs->qd, &ring, 0);
+	if (r < 0) {
+		snprintf(err, errlen, "io_uring for %s: %s", name, strerror(-r));
+		close(fd);
+		return r;
+	}
+	uint64_t next = 0, done = 0;
+	unsigned inflight = 0;
+	r = 0;
+	while (done < bytes && r == 0) {
+		while (inflight < rs->qd && next < bytes) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+			if (!sqe)
+				break;
+			uint64_t len = bytes - next < rs->req_bytes ? bytes - next : rs->req_bytes;
+			io_uring_prep_read(sqe, fd, rs->base + next, (unsigned)len, next);
+			/* user_data: offset and length, to resubmit short reads */
+			io_uring_sqe_set_data64(sqe, next << 24 | (len >> 12));
+			next += len;
+			inflight++;
+		}
+		io_uring_submit(&ring);
+		struct io_uring_cqe *cqe;
+		int w = io_uring_wait_cqe(&ring, &cqe);
+		if (w < 0) {
+			r = w;
+			snprintf(err, errlen, "reading %s: %s", name, strerror(-r));
+			break;
+		}
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		uint64_t off = ud >> 24, len = (ud & 0xffffff) << 12;
+		int res = cqe->res;
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+		if (res < 0) {
+			r = res;
+			snprintf(err, errlen, "reading %s at %llu: %s", name,
+				 (unsigned long long)off, strerror(-r));
+		} else if ((uint64_t)res < len) {
+			/* Short read (not at EOF: the size was checked): finish it
+			 * synchronously. */
+			ssize_t n = pread(fd, rs->base + off + res, len - (uint64_t)res,
+					  (off_t)(off + (uint64_t)res));
+			if (n != (ssize_t)(len - (uint64_t)res)) {
+				r = n < 0 ? -errno : -CKPT_E_CORRUPT;
+				snprintf(err, errlen, "%s ends early at %llu", name,
+					 (unsigned long long)(off + (uint64_t)res));
+			} else {
+				done += len;
+			}
+		} else {
+			done += len;
+		}
+	}
+	/* Reap what is still in flight before the ring and buffer go away. */
+	while (inflight > 0) {
+		struct io_uring_cqe *cqe;
+		if (io_uring_wait_cqe(&ring, &cqe) < 0)
+			break;
+		io_uring_cqe_seen(&ring, cqe);
+		inflight--;
+	}
+	io_uring_queue_exit(&ring);
+	close(fd);
+	return r;
+}
+
+static int verify_chunks(struct restore *rs, const struct ckpt_index *idx,
+			 const char *where, char *err, size_t errlen)
+{
+	uint64_t k = 0;
+
+	for (uint32_t i = 0; i <= idx->table.count; i++) {
+		const char *what;
+		uint64_t base, nbytes;
+
+		if (i < idx->table.count) {
+			what = idx->table.tensors[i].name;
+			base = idx->table.tensors[i].data_offset;
+			nbytes = idx->table.tensors[i].nbytes;
+		} else {
+			what = "(user blob)";
+			base = idx->blob_offset;
+			nbytes = idx->blob_bytes;
+		}
+		for (uint64_t off = 0; off < nbytes; off += idx->chunk_bytes, k++) {
+			uint64_t n = nbytes - off < idx->chunk_bytes ? nbytes - off : idx->chunk_bytes;
+			uint32_t crc = ckpt_crc32c(0, rs->base + base + off, n);
+			if (k >= idx->chunk_count || crc != idx->chunk_crc[k]) {
+				snprintf(err, errlen,
+					 "%s: checksum mismatch in tensor \"%s\" at shard offset %llu "
+					 "(chunk %llu)", where, what,
+					 (unsigned long long)(base + off), (unsigned long long)k);
+				return -CKPT_E_CORRUPT;
+			}
+		}
+	}
+	return 0;
+}
+
+static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
+{
+	struct ckpt_manifest m;
+	struct ckpt_index idx;
+	char dn[32], shard[32], where[CKPT_JOB_NAME_MAX + 64];
+	int stepfd = -1, r;
+	bool have_m = false, have_idx = false;
+
+	memset(&m, 0, sizeof(m));
+	memset(&idx, 0, sizeof(idx));
+	ckpt_step_dirname(dn, sizeof(dn), step);
+	ckpt_shard_filename(shard, sizeof(shard), rs->rank);
+	snprintf(where, sizeof(where), "%s/%s/%s", rs->job->name, dn, shard);
+	r = store_read_manifest(rs->job->dirfd, step, &m, err, errlen);
+	if (r < 0)
+		goto out;
+	have_m = true;
+	if (rs->rank >= m.world_size) {
+		snprintf(err, errlen, "%s/%s was saved by %u ranks; rank %u is not among them",
+			 rs->job->name, dn, m.world_size, rs->rank);
+		r = -CKPT_E_NO_CHECKPOINT;
+		goto out;
+	}
+	stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (stepfd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "opening %s/%s: %s", rs->job->name, dn, strerror(-r));
+		goto out;
+	}
+	r = store_read_index(stepfd, rs->rank, m.ranks[rs->rank].index_sha256, &idx, err, errlen);
+	if (r < 0)
+		goto out;
+	have_idx = true;
+	if (idx.shard_bytes != m.ranks[rs->rank].shard_bytes || idx.step != step ||
+	    idx.rank != rs->rank) {
+		snprintf(err, errlen, "%s/%s: index and manifest disagree for rank %u",
+			 rs->job->name, dn, rs->rank);
+		r = -CKPT_E_CORRUPT;
+		goto out;
+	}
+	size_t tbytes = ckpt_table_encoded_size(idx.table.tensors, idx.table.count);
+	uint64_t toff = (idx.shard_bytes + CKPT_ALIGN - 1) / CKPT_ALIGN * CKPT_ALIGN;
+	if (toff + tbytes > rs->slot_bytes) {
+		snprintf(err, errlen,
+			 "%s: rank %u's shard (%llu bytes plus a %zu-byte table) does not fit a "
+			 "%llu-byte slot; connect with a larger max_save_bytes",
+			 where, rs->rank, (unsigned long long)idx.shard_bytes, tbytes,
+			 (unsigned long long)rs->slot_bytes);
+		r = -CKPT_E_TOO_BIG;
+		goto out;
+	}
+	r = read_shard(rs, stepfd, shard, idx.shard_bytes, err, errlen);
+	if (r < 0) {
+		if (r != -CKPT_E_CORRUPT) {
+			char tmp[CKPT_REASON_MAX + 1];
+			snprintf(tmp, sizeof(tmp), "%s/%s: %s", rs->job->name, dn, err);
+			snprintf(err, errlen, "%s", tmp);
+		}
+		goto out;
+	}
+	r = verify_chunks(rs, &idx, where, err, errlen);
+	if (r < 0)
+		goto out;
+	ssize_t n = ckpt_table_encode(idx.table.tensors, idx.table.count, rs->base + toff,
+				      rs->slot_bytes - toff);
+	if (n < 0) {
+		r = (int)n;
+		snprintf(err, errlen, "encoding the table: %s", strerror(-r));
+		goto out;
+	}
+	rs->ok.step = step;
+	rs->ok.slot = rs->slot;
+	rs->ok.data_bytes = idx.shard_bytes;
+	rs->ok.table_offset = toff;
+	rs->ok.table_bytes = (uint64_t)n;
+	rs->ok.blob_offset = idx.blob_offset;
+	rs->ok.blob_bytes = idx.blob_bytes;
+	r = 0;
+out:
+	if (stepfd >= 0)
+		close(stepfd);
+	if (have_idx)
+		ckpt_index_free(&idx);
+	if (have_m)
+		ckpt_manifest_free(&m);
+	return r;
+}
+
+static void restore_run(void *arg)
+{
+	struct restore *rs = arg;
+	char err[CKPT_REASON_MAX + 1];
+
+	rs->result = -CKPT_E_NO_CHECKPOINT;
+	snprintf(rs->err, sizeof(rs->err), "job %s has no committed step%s", rs->job->name,
+		 rs->want == CKPT_NO_STEP ? "" : " at or below the one requested");
+	for (size_t i = 0; i < rs->ncand; i++) {
+		err[0] = 0;
+		int r = try_step(rs, rs->cand[i], err, sizeof(err));
+		if (r == 0) {
+			if (i > 0)
+				rs->ok.flags |= CKPT_RESTORE_OK_F_FELL_BACK;
+			rs->result = 0;
+			return;
+		}
+		log_warn("restore", "step does not restore job=%s step=%llu rank=%u error=\"%s\"",
+			 rs->job->name, (unsigned long long)rs->cand[i], rs->rank, err);
+		append(rs->ok.warning, sizeof(rs->ok.warning), "%sstep %llu not restored: %s",
+		       rs->ok.warning[0] ? "; " : "", (unsigned long long)rs->cand[i], err);
+		rs->result = r == -CKPT_E_TOO_BIG ? r : -CKPT_E_CORRUPT;
+		snprintf(rs->err, sizeof(rs->err), "%s", rs->ok.warning);
+		if (r == -CKPT_E_TOO_BIG)
+			return;
+	}
+}
+
+static void restore_done(void *arg)
+{
+	struct restore *rs = arg;
+	struct client *c = rs->c;
+	struct ckpt_msg m;
+
+	for (size_t i = 0; i < rs->ncand; i++)
+		job_pin(rs->job, rs->cand[i], -1);
+	c->d->busy--;
+	if (!c->dead) {
+		memset(&m, 0, sizeof(m));
+		m.seq = rs->seq;
+		if (rs->result == 0) {
+			m.type = CKPT_MSG_RESTORE_OK;
+			m.u.restore_ok = rs->ok;
+			log_info("restore", "restored job=%s step=%llu rank=%u bytes=%llu%s",
+				 rs->job->name, (unsigned long long)rs->ok.step, rs->rank,
+				 (unsigned long long)rs->ok.data_bytes,
+				 rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? " fell_back=1" : "");
+		} else {
+			c->slot_state[rs->slot] = SLOT_CLIENT;
+			m.type = CKPT_MSG_ERROR;
+			m.u.error.code = rs->result;
+			snprintf(m.u.error.message, sizeof(m.u.error.message), "%s", rs->err);
+		}
+		client_send(c, &m);
+	}
+	client_unref(c);
+	free(rs->cand);
+	free(rs);
+}
+
+int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags,
+		  uint32_t seq)
+{
+	struct daemon *d = c->d;
+	struct job *job = c->job;
+	struct restore *rs = calloc(1, sizeof(*rs));
+
+	if (!rs)
+		return -ENOMEM;
+	rs->cand = calloc(job->n_committed ? job->n_committed : 1, sizeof(*rs->cand));
+	if (!rs->cand) {
+		free(rs);
+		return -ENOMEM;
+	}
+	for (size_t i = job->n_committed; i-- > 0;) {
+		uint64_t s = job->committed[i];
+		if (step != CKPT_NO_STEP && s > step)
+			continue;
+		if (step != CKPT_NO_STEP && rs->ncand == 0 && s != step)
+			break; /* the requested step is not committed */
+		rs->cand[rs->ncand++] = s;
+		if (flags & CKPT_RESTORE_F_EXACT)
+			break;
+	}
+	if (rs->ncand == 0) {
+		free(rs->cand);
+		free(rs);
+		return -CKPT_E_NO_CHECKPOINT;
+	}
+	for (size_t i = 0; i < rs->ncand; i++)
+		job_pin(job, rs->cand[i], +1);
+	rs->c = c;
+	rs->job = job;
+	rs->slot = slot;
+	rs->flags = flags;
+	rs->seq = seq;
+	rs->rank = c->rank;
+	rs->want = step;
+	rs->base = c->arena + (uint64_t)slot * c->slot_bytes;
+	rs->slot_bytes = c->slot_bytes;
+	rs->qd = d->cfg->queue_depth < 8 ? d->cfg->queue_depth : 8;
+	rs->req_bytes = d->cfg->request_bytes;
+	/* The read path decodes offset and length from 64 bits. */
+	if (rs->req_bytes > (16u << 20))
+		rs->req_bytes = 16u << 20;
+	rs->direct_mode = d->cfg->direct_io;
+	c->slot_state[slot] = SLOT_RESTORING;
+	c->refs++;
+	d->busy++;
+	if (workers_submit(d->workers, restore_run, restore_done, rs) < 0) {
+		for (size_t i = 0; i < rs->ncand; i++)
+			job_pin(job, rs->cand[i], -1);
+		c->slot_state[slot] = SLOT_CLIENT;
+		c->refs--;
+		d->busy--;
+		free(rs->cand);
+		free(rs);
+		return -ENOMEM;
+	}
+	return 0;
+}

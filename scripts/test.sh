@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install dependencies, build, and run every test suite twice: in a normal
+# build (build/) and in an AddressSanitizer + UndefinedBehaviorSanitizer
+# build (build-asan/). Exit status is non-zero if anything failed.
+#
+# Environment:
+#   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
+#   CKPT_TEST_ARGS="..."  extra arguments for `meson test` (e.g. "--suite unit")
+#   CKPT_JOBS=N           parallel build and test jobs (default: nproc)
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+
+if [ "${CKPT_SKIP_INSTALL:-0}" != 1 ]; then
+	scripts/install-deps.sh || exit 1
+fi
+
+jobs=${CKPT_JOBS:-$(nproc)}
+read -r -a extra <<<"${CKPT_TEST_ARGS:-}"
+status=0
+
+# setup DIR [meson options...]: configure DIR once, reapply options after.
+setup() {
+	local dir=$1
+	shift
+	if [ -f "$dir/meson-private/coredata.dat" ]; then
+		meson configure "$dir" "$@" >/dev/null
+	else
+		meson setup "$dir" "$@"
+	fi
+}
+
+# run_suite DIR TIMEOUT_MULTIPLIER [meson options...]
+run_suite() {
+	local dir=$1 mult=$2
+	shift 2
+	echo "==> $dir: configure and build"
+	# A stale log would be read as this run's results by .ci/run.
+	rm -f "$dir/meson-logs/testlog.json"
+	if ! setup "$dir" "$@" || ! ninja -C "$dir" -j "$jobs"; then
+		echo "==> $dir: BUILD FAILED" >&2
+		status=1
+		return
+	fi
+	echo "==> $dir: meson test"
+	if ! meson test -C "$dir" --num-processes "$jobs" \
+		--timeout-multiplier "$mult" --print-errorlogs "${extra[@]}"; then
+		status=1
+	fi
+}
+
+run_suite build 1
+# The sanitizers slow everything down 2-5x; give the tests room.
+run_suite build-asan 4 -Db_sanitize=address,undefined -Db_lundef=false
+
+if [ $status -eq 0 ]; then
+	echo "==> all tests passed (build/ and build-asan/)"
+else
+	echo "==> FAILURES (see above, and build*/meson-logs/testlog.txt)" >&2
+fi
+exit $status

@@ -1,0 +1,44 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# kill -9 of one rank right after its SAVE of step 20 was accepted: step 20
+# never commits, the other ranks get FAILED for it, ckptd keeps serving,
+# and step 30 with a restarted rank commits.
+. "$(dirname "$0")/../integration/lib.sh"
+
+ROOT=$T/root
+JOB=$ROOT/kr
+OPTS=(--socket "$(sock d)" --job kr --seed 11 --tensors 6 --min-bytes 1M --max-bytes 48M --timeout-ms 30000)
+ckptd_start d "$ROOT"
+pids=()
+for r in 0 1 2; do
+	rank_start r$r "${OPTS[@]}" --rank $r --world 4 --steps 10,20,30 --wait --expect-fail 20
+	pids+=("$LAST_PID")
+done
+rank_start r3-dies "${OPTS[@]}" --rank 3 --world 4 --steps 10,20 --wait --die-in-step 20 --die-when finish
+wait "$LAST_PID"
+rc=$?
+[ "$rc" -eq 137 ] || fail "rank 3 was to die by SIGKILL in step 20, exit status $rc"
+grep_log r3-dies "step 10 committed" || fail "step 10 did not commit before the kill"
+
+# The survivors must hear that step 20 failed before step 30 can start.
+for i in $(seq 1 300); do
+	n=0
+	for r in 0 1 2; do grep_log r$r "step 20 FAILED" && n=$((n + 1)); done
+	[ $n -eq 3 ] && break
+	ckptd_alive d || fail "ckptd died after a rank was killed"
+	sleep 0.1
+done
+[ $n -eq 3 ] || fail "not every surviving rank got FAILED for step 20 within 30 s"
+[ -f "$(stepdir "$JOB" 20)/MANIFEST.json" ] && fail "step 20 committed without rank 3"
+
+rank_start r3-new "${OPTS[@]}" --rank 3 --world 4 --steps 30 --wait
+pids+=("$LAST_PID")
+for r in 0 1 2; do rank_wait "${pids[$r]}" r$r; done
+rank_wait "${pids[3]}" r3-new
+expect_committed "$JOB" "10 30"
+for i in $(seq 1 50); do [ -e "$(stepdir "$JOB" 20)" ] || break; sleep 0.1; done
+[ -e "$(stepdir "$JOB" 20)" ] && fail "the abandoned step 20's directory was not removed"
+verify_all "$JOB" >/dev/null
+run_ranks 4 restore "${OPTS[@]}" --restore latest --expect-step 30
+ckptd_stop d
+log "pass"

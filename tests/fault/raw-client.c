@@ -1,0 +1,1017 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt-raw-client: speaks the libckpt <-> ckptd protocol by hand to feed
+ * ckptd malformed and hostile input (PROTOCOL.md, "Malformed input").
+ *
+ * Each case opens its own connection, misbehaves once, and requires that
+ * ckptd answers ERROR and/or closes the connection. The spec says a
+ * protocol error is answered with ERROR (best effort) and a close, so a
+ * connection left open is a failure too.
+ *
+ * usage: ckpt-raw-client --socket PATH [--case NAME]... [--list]
+ * Exit 0 if every case was refused properly, 1 otherwise.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto.h"
+
+#define REPLY_TIMEOUT_MS 5000
+#define TABLE_MAGIC 0x54544b43u /* "CKTT", FORMAT.md tensor table */
+#define HDR CKPT_WIRE_HDR_BYTES
+
+static const char *sock_path;
+static unsigned job_counter;
+
+/* ---- little-endian builders ------------------------------------------ */
+
+struct buf {
+	uint8_t b[2 * CKPT_MSG_MAX_BYTES + 64];
+	size_t n;
+};
+
+static void put8(struct buf *w, uint8_t v) { w->b[w->n++] = v; }
+static void put16(struct buf *w, uint16_t v) { put8(w, (uint8_t)v); put8(w, (uint8_t)(v >> 8)); }
+static void put32(struct buf *w, uint32_t v) { put16(w, (uint16_t)v); put16(w, (uint16_t)(v >> 16)); }
+static void put64(struct buf *w, uint64_t v) { put32(w, (uint32_t)v); put32(w, (uint32_t)(v >> 32)); }
+static void putbytes(struct buf *w, const void *p, size_t n) { memcpy(w->b + w->n, p, n); w->n += n; }
+
+static void set32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void set16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+/* Header with the real length filled in by finish(). */
+static void begin_msg(struct buf *w, uint32_t type, uint32_t seq)
+{
+	w->n = 0;
+	put32(w, CKPT_WIRE_MAGIC);
+	put16(w, CKPT_WIRE_VERSION);
+	put16(w, (uint16_t)type);
+	put32(w, 0);
+	put32(w, seq);
+}
+
+static void finish_msg(struct buf *w)
+{
+	set32(w->b + 8, (uint32_t)w->n);
+}
+
+/* HELLO with an arbitrary job name (len bytes, may hold NUL). */
+static void build_hello(struct buf *w, const char *job, size_t len, uint32_t rank,
+			uint32_t world, uint64_t max_save)
+{
+	begin_msg(w, CKPT_MSG_HELLO, 1);
+	put16(w, (uint16_t)len);
+	putbytes(w, job, len);
+	put32(w, rank);
+	put32(w, world);
+	put32(w, rank);
+	put32(w, 0);
+	put64(w, max_save);
+	put32(w, (uint32_t)getpid());
+	finish_msg(w);
+}
+
+/* ---- socket helpers ----------------------------------------------------- */
+
+static int fail_count;
+
+static void note(const char *cs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(const char *cs, const char *fmt, ...)
+{
+	va_list ap;
+
+	printf("  [%s] ", cs);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+static int connect_sock(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static int send_raw(int fd, const void *p, size_t n, int pass_fd)
+{
+	struct iovec iov = { (void *)p, n };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (pass_fd >= 0) {
+		struct cmsghdr *c;
+
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+	}
+	if (sendmsg(fd, &mh, MSG_NOSIGNAL) < 0)
+		return -errno;
+	return 0;
+}
+
+/*
+ * Receive one message within timeout_ms. Returns 1 with *m decoded (and
+ * *rfd the fd it carried, or -1), 0 if the peer closed, -ETIMEDOUT, or
+ * another -errno (-EBADMSG: ckptd sent something that does not decode).
+ */
+static int recv_msg(int fd, int timeout_ms, struct ckpt_msg *m, int *rfd)
+{
+	uint8_t b[CKPT_MSG_MAX_BYTES];
+	union {
+		char buf[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { b, sizeof(b) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1,
+			     .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct pollfd pfd = { fd, POLLIN, 0 };
+	ssize_t n;
+	int r;
+
+	if (rfd)
+		*rfd = -1;
+	r = poll(&pfd, 1, timeout_ms);
+	if (r < 0)
+		return -errno;
+	if (r == 0)
+		return -ETIMEDOUT;
+	n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return errno == ECONNRESET ? 0 : -errno;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int nfd = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+
+			for (int i = 0; i < nfd; i++) {
+				int x;
+
+				memcpy(&x, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+				if (rfd && *rfd < 0)
+					*rfd = x;
+				else
+					close(x);
+			}
+		}
+	}
+	if (n == 0)
+		return 0;
+	if (ckpt_msg_decode(b, (size_t)n, m) < 0)
+		return -EBADMSG;
+	return 1;
+}
+
+/* A connection after a good HELLO: the arena is mapped. */
+struct session {
+	int fd;
+	uint8_t *arena;
+	uint64_t arena_bytes, slot_bytes;
+	uint32_t slots;
+	char job[64];
+};
+
+static void session_close(struct session *s)
+{
+	if (s->arena)
+		munmap(s->arena, s->arena_bytes);
+	if (s->fd >= 0)
+		close(s->fd);
+	s->arena = NULL;
+	s->fd = -1;
+}
+
+/* Connect and HELLO as rank 0 of a fresh 1-rank job. 0 or -errno. */
+static int session_open(struct session *s, const char *cs, uint64_t max_save)
+{
+	struct buf w;
+	struct ckpt_msg m;
+	int mfd = -1, r;
+
+	memset(s, 0, sizeof(*s));
+	s->fd = connect_sock();
+	if (s->fd < 0) {
+		note(cs, "connect: %s", strerror(-s->fd));
+		return s->fd;
+	}
+	snprintf(s->job, sizeof(s->job), "raw-%d-%u", (int)getpid(), job_counter++);
+	build_hello(&w, s->job, strlen(s->job), 0, 1, max_save);
+	r = send_raw(s->fd, w.b, w.n, -1);
+	if (r < 0)
+		goto fail;
+	r = recv_msg(s->fd, REPLY_TIMEOUT_MS, &m, &mfd);
+	if (r <= 0 || m.type != CKPT_MSG_HELLO_OK || mfd < 0) {
+		note(cs, "a valid HELLO got no HELLO_OK with an fd (r=%d type=%s%s%s)", r,
+		     r > 0 ? ckpt_msg_type_name(m.type) : "-",
+		     r > 0 && m.type == CKPT_MSG_ERROR ? ": " : "",
+		     r > 0 && m.type == CKPT_MSG_ERROR ? m.u.error.message : "");
+		r = -EPROTO;
+		goto fail;
+	}
+	s->slots = m.u.hello_ok.slots;
+	s->slot_bytes = m.u.hello_ok.slot_bytes;
+	s->arena_bytes = m.u.hello_ok.arena_bytes;
+	s->arena = mmap(NULL, s->arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	close(mfd);
+	if (s->arena == MAP_FAILED) {
+		s->arena = NULL;
+		r = -errno;
+		note(cs, "mmap arena: %s", strerror(errno));
+		goto fail;
+	}
+	return 0;
+fail:
+	if (mfd >= 0)
+		close(mfd);
+	session_close(s);
+	return r < 0 ? r : -EPROTO;
+}
+
+/*
+ * The misbehaviour was sent on fd: require ERROR and/or a close within the
+ * timeout, and a close in the end. Unsolicited STATUS messages are skipped.
+ */
+static void expect_refused(const char *cs, int fd)
+{
+	bool got_error = false;
+	struct ckpt_msg m;
+	int r;
+
+	for (;;) {
+		r = recv_msg(fd, REPLY_TIMEOUT_MS, &m, NULL);
+		if (r == 0) {
+			note(cs, "ok: %s", got_error ? "ERROR, then closed" : "closed (no ERROR)");
+			return;
+		}
+		if (r == -ETIMEDOUT) {
+			note(cs, "FAIL: %s", got_error ? "ERROR but the connection stayed open"
+						       : "no ERROR and no close within 5 s");
+			fail_count++;
+			return;
+		}
+		if (r < 0) {
+			note(cs, "FAIL: receive: %s", strerror(-r));
+			fail_count++;
+			return;
+		}
+		if (m.type == CKPT_MSG_ERROR) {
+			note(cs, "ERROR %d (%s): %s", m.u.error.code,
+			     m.u.error.code > -1000 ? strerror(-m.u.error.code) : "service error",
+			     m.u.error.message);
+			got_error = true;
+		} else if (m.type != CKPT_MSG_STATUS) {
+			note(cs, "FAIL: got %s instead of ERROR", ckpt_msg_type_name(m.type));
+			fail_count++;
+			return;
+		}
+	}
+}
+
+/* ---- tables -------------------------------------------------------------- */
+
+struct raw_tensor {
+	const char *name;
+	size_t name_len;
+	uint8_t dtype;
+	uint64_t data_offset, nbytes; /* u8, 1-D: shape = nbytes */
+};
+
+/* Hand-built tensor table (FORMAT.md) so that hostile entries can be made. */
+static size_t build_table(uint8_t *dst, const struct raw_tensor *t, uint32_t count,
+			  uint32_t claim_count)
+{
+	struct buf *w = calloc(1, sizeof(*w));
+	size_t n;
+
+	put32(w, TABLE_MAGIC);
+	put16(w, 1);
+	put16(w, 0);
+	put32(w, claim_count);
+	put32(w, 0);
+	put64(w, 0); /* total, patched below */
+	for (uint32_t i = 0; i < count; i++) {
+		static const uint8_t zeros[8];
+
+		put16(w, (uint16_t)t[i].name_len);
+		put8(w, t[i].dtype);
+		put8(w, 1);
+		put32(w, 0);
+		put64(w, t[i].data_offset);
+		put64(w, t[i].nbytes);
+		put64(w, t[i].nbytes); /* global shape */
+		put64(w, 0);           /* offset */
+		put64(w, t[i].nbytes); /* shape */
+		putbytes(w, t[i].name, t[i].name_len);
+		putbytes(w, zeros, (8 - t[i].name_len % 8) % 8);
+	}
+	for (int i = 0; i < 8; i++)
+		w->b[16 + i] = (uint8_t)((uint64_t)w->n >> (8 * i));
+	memcpy(dst, w->b, w->n);
+	n = w->n;
+	free(w);
+	return n;
+}
+
+/* SAVE for a table placed at table_offset in `slot`. */
+static void build_save(struct buf *w, uint64_t step, uint32_t slot, uint64_t data_bytes,
+		       uint64_t table_offset, uint64_t table_bytes)
+{
+	begin_msg(w, CKPT_MSG_SAVE, 7);
+	put64(w, step);
+	put32(w, slot);
+	put32(w, 0);
+	put64(w, data_bytes);
+	put64(w, table_offset);
+	put64(w, table_bytes);
+	put64(w, 0);
+	put64(w, 0);
+	finish_msg(w);
+}
+
+/* One good tensor of 8 KiB at offset 0, table at 8 KiB, in `slot`. */
+static size_t good_table(struct session *s, uint32_t slot, uint64_t step)
+{
+	struct raw_tensor t = { "w", 1, CKPT_DTYPE_U8, 0, 8192 };
+	uint8_t *base = s->arena + (uint64_t)slot * s->slot_bytes;
+
+	memset(base, (int)step, 8192);
+	return build_table(base + 8192, &t, 1, 1);
+}
+
+/* Send a SAVE whose slot holds the given tensors; expect refusal. */
+static void save_with_tensors(const char *cs, const struct raw_tensor *t, uint32_t n)
+{
+	struct session s;
+	struct buf w;
+	size_t tb;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		if (t[i].data_offset < s.slot_bytes)
+			memset(s.arena + t[i].data_offset, 0x5a,
+			       t[i].nbytes < s.slot_bytes - t[i].data_offset ?
+			       t[i].nbytes : s.slot_bytes - t[i].data_offset);
+	tb = build_table(s.arena + (512u << 10), t, n, n);
+	build_save(&w, 10, 0, 512u << 10, 512u << 10, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+/* ---- cases -------------------------------------------------------------- */
+
+static void valid_hello(struct buf *w)
+{
+	char job[64];
+
+	snprintf(job, sizeof(job), "raw-%d-%u", (int)getpid(), job_counter++);
+	build_hello(w, job, strlen(job), 0, 1, 1 << 20);
+}
+
+static void send_first(const char *cs, const struct buf *w, int pass_fd)
+{
+	int fd = connect_sock();
+
+	if (fd < 0) {
+		note(cs, "FAIL: connect: %s", strerror(-fd));
+		fail_count++;
+		return;
+	}
+	if (send_raw(fd, w->b, w->n, pass_fd) < 0) {
+		/* ckptd may close first; that is a refusal too. */
+		note(cs, "ok: send refused (%s)", strerror(errno));
+		close(fd);
+		return;
+	}
+	expect_refused(cs, fd);
+	close(fd);
+}
+
+static void case_wrong_magic(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	set32(w.b, 0x12345678);
+	send_first(cs, &w, -1);
+}
+
+static void case_wrong_version(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	set16(w.b + 4, 2);
+	send_first(cs, &w, -1);
+}
+
+static void case_length_long(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	set32(w.b + 8, (uint32_t)w.n + 100);
+	send_first(cs, &w, -1);
+}
+
+static void case_length_short(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	set32(w.b + 8, (uint32_t)w.n - 4);
+	send_first(cs, &w, -1);
+}
+
+static void case_length_huge(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	set32(w.b + 8, 0xffffffffu);
+	send_first(cs, &w, -1);
+}
+
+static void case_truncated_header(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	w.n = 10;
+	send_first(cs, &w, -1);
+}
+
+static void case_truncated_body(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	w.n -= 9;
+	finish_msg(&w); /* consistent length, body cut short */
+	send_first(cs, &w, -1);
+}
+
+static void case_empty_packet(const char *cs)
+{
+	struct buf w;
+
+	w.n = 0;
+	send_first(cs, &w, -1);
+}
+
+static void case_oversized_packet(const char *cs)
+{
+	struct buf w;
+
+	valid_hello(&w);
+	memset(w.b + w.n, 'A', 2 * CKPT_MSG_MAX_BYTES - w.n);
+	w.n = 2 * CKPT_MSG_MAX_BYTES;
+	finish_msg(&w);
+	send_first(cs, &w, -1);
+}
+
+static void case_unknown_type(const char *cs)
+{
+	struct buf w;
+
+	begin_msg(&w, 99, 1);
+	finish_msg(&w);
+	send_first(cs, &w, -1);
+}
+
+static void case_before_hello(const char *cs)
+{
+	struct buf w;
+
+	begin_msg(&w, CKPT_MSG_LIST, 1);
+	finish_msg(&w);
+	send_first(cs, &w, -1);
+}
+
+static void case_save_before_hello(const char *cs)
+{
+	struct buf w;
+
+	build_save(&w, 10, 0, 8192, 8192, 64);
+	send_first(cs, &w, -1);
+}
+
+static void case_server_message(const char *cs)
+{
+	struct buf w;
+
+	/* A daemon-to-client type sent by a client. */
+	begin_msg(&w, CKPT_MSG_SAVE_OK, 1);
+	put64(&w, 10);
+	put32(&w, 0);
+	finish_msg(&w);
+	send_first(cs, &w, -1);
+}
+
+static void case_second_hello(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	build_hello(&w, s.job, strlen(s.job), 0, 1, 1 << 20);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void hostile_job(const char *cs, const char *job, size_t len)
+{
+	struct buf w;
+
+	build_hello(&w, job, len, 0, 1, 1 << 20);
+	send_first(cs, &w, -1);
+}
+
+static void case_job_dotdot(const char *cs) { hostile_job(cs, "../x", 4); }
+static void case_job_slash(const char *cs) { hostile_job(cs, "a/b", 3); }
+static void case_job_empty(const char *cs) { hostile_job(cs, "", 0); }
+static void case_job_dot(const char *cs) { hostile_job(cs, "..", 2); }
+static void case_job_hidden(const char *cs) { hostile_job(cs, ".hidden", 7); }
+static void case_job_ctrl(const char *cs) { hostile_job(cs, "bad\x01\n\x1bjob", 9); }
+static void case_job_nul(const char *cs) { hostile_job(cs, "ab\0../cd", 8); }
+static void case_job_utf8(const char *cs) { hostile_job(cs, "j\xc3\xb6" "b", 4); }
+
+static void case_job_long(const char *cs)
+{
+	char job[200];
+
+	memset(job, 'j', sizeof(job));
+	hostile_job(cs, job, sizeof(job));
+}
+
+static void case_rank_ge_world(const char *cs)
+{
+	struct buf w;
+
+	build_hello(&w, "rank-ge-world", 13, 4, 4, 1 << 20);
+	send_first(cs, &w, -1);
+}
+
+static void case_hello_with_fd(const char *cs)
+{
+	struct buf w;
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+
+	valid_hello(&w);
+	send_first(cs, &w, fd);
+	close(fd);
+}
+
+static void case_list_with_fd(const char *cs)
+{
+	struct session s;
+	struct buf w;
+	int fd;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	begin_msg(&w, CKPT_MSG_LIST, 2);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, fd);
+	close(fd);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_save_slot_range(const char *cs)
+{
+	struct session s;
+	struct buf w;
+	size_t tb;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	tb = good_table(&s, 0, 10);
+	build_save(&w, 10, s.slots, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_restore_slot_range(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_RESTORE, 3);
+	put64(&w, CKPT_NO_STEP);
+	put32(&w, s.slots + 7);
+	put32(&w, 0);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_table_bytes_huge(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	good_table(&s, 0, 10);
+	/* Within the protocol's table limit, far beyond the slot. */
+	build_save(&w, 10, 0, 8192, 8192, CKPT_TABLE_MAX_BYTES);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_table_offset_huge(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	good_table(&s, 0, 10);
+	build_save(&w, 10, 0, 8192, (UINT64_MAX / 4096 - 10) * 4096, 64);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_table_count_huge(const char *cs)
+{
+	struct session s;
+	struct raw_tensor t = { "w", 1, CKPT_DTYPE_U8, 0, 8192 };
+	struct buf w;
+	size_t tb;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	tb = build_table(s.arena + 8192, &t, 1, 0xffffffffu);
+	build_save(&w, 10, 0, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_table_garbage(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	memset(s.arena + 8192, 0xee, 4096);
+	build_save(&w, 10, 0, 8192, 8192, 4096);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_name_slash(const char *cs)
+{
+	struct raw_tensor t = { "../../etc/passwd", 16, CKPT_DTYPE_U8, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_name_dotdot(const char *cs)
+{
+	struct raw_tensor t = { "..", 2, CKPT_DTYPE_U8, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_name_ctrl(const char *cs)
+{
+	struct raw_tensor t = { "a\nb\x1b[31m", 8, CKPT_DTYPE_U8, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_name_nul(const char *cs)
+{
+	struct raw_tensor t = { "ab\0cd", 5, CKPT_DTYPE_U8, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_name_empty(const char *cs)
+{
+	struct raw_tensor t = { "", 0, CKPT_DTYPE_U8, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_name_duplicate(const char *cs)
+{
+	struct raw_tensor t[2] = { { "w", 1, CKPT_DTYPE_U8, 0, 4096 },
+				   { "w", 1, CKPT_DTYPE_U8, 4096, 4096 } };
+
+	save_with_tensors(cs, t, 2);
+}
+
+static void case_extents_overlap(const char *cs)
+{
+	struct raw_tensor t[2] = { { "a", 1, CKPT_DTYPE_U8, 0, 8192 },
+				   { "b", 1, CKPT_DTYPE_U8, 4096, 4096 } };
+
+	save_with_tensors(cs, t, 2);
+}
+
+static void case_extent_outside(const char *cs)
+{
+	/* Past data_bytes (512 KiB) and past the slot. */
+	struct raw_tensor t = { "a", 1, CKPT_DTYPE_U8, 64ull << 30, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_bad_dtype(const char *cs)
+{
+	struct raw_tensor t = { "a", 1, 200, 0, 4096 };
+
+	save_with_tensors(cs, &t, 1);
+}
+
+static void case_step_backwards(const char *cs)
+{
+	struct session s;
+	struct ckpt_msg m;
+	struct buf w;
+	size_t tb;
+	int r;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	tb = good_table(&s, 0, 10);
+	build_save(&w, 10, 0, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	do
+		r = recv_msg(s.fd, REPLY_TIMEOUT_MS, &m, NULL);
+	while (r == 1 && m.type == CKPT_MSG_STATUS);
+	if (r != 1 || m.type != CKPT_MSG_SAVE_OK) {
+		note(cs, "FAIL: a valid SAVE got %s", r == 1 ? ckpt_msg_type_name(m.type) : "nothing");
+		if (r == 1 && m.type == CKPT_MSG_ERROR)
+			note(cs, "  ERROR %d: %s", m.u.error.code, m.u.error.message);
+		fail_count++;
+		session_close(&s);
+		return;
+	}
+	tb = good_table(&s, 1 % s.slots, 5);
+	build_save(&w, 5, 1 % s.slots, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_step_repeat(const char *cs)
+{
+	struct session s;
+	struct ckpt_msg m;
+	struct buf w;
+	size_t tb;
+	int r;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_SKIP, 4);
+	put64(&w, 20);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	/* SKIP has no reply of its own; a STATUS may come. Give it a moment. */
+	r = recv_msg(s.fd, 200, &m, NULL);
+	if (r == 0) {
+		note(cs, "FAIL: a valid SKIP closed the connection");
+		fail_count++;
+		session_close(&s);
+		return;
+	}
+	tb = good_table(&s, 0, 20);
+	build_save(&w, 20, 0, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_release_not_held(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_RELEASE, 5);
+	put32(&w, 0);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_trailing_bytes(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_LIST, 6);
+	put32(&w, 0xdeadbeef);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_huge_max_save(const char *cs)
+{
+	struct buf w;
+	char job[64];
+
+	/* More staging than any machine has: refused, never allocated. */
+	snprintf(job, sizeof(job), "raw-%d-huge", (int)getpid());
+	build_hello(&w, job, strlen(job), 0, 1, UINT64_MAX / 2);
+	send_first(cs, &w, -1);
+}
+
+struct test_case {
+	const char *name;
+	void (*fn)(const char *);
+};
+
+static const struct test_case cases[] = {
+	{ "wrong-magic", case_wrong_magic },
+	{ "wrong-version", case_wrong_version },
+	{ "length-too-long", case_length_long },
+	{ "length-too-short", case_length_short },
+	{ "length-huge", case_length_huge },
+	{ "truncated-header", case_truncated_header },
+	{ "truncated-body", case_truncated_body },
+	{ "empty-packet", case_empty_packet },
+	{ "oversized-packet", case_oversized_packet },
+	{ "unknown-type", case_unknown_type },
+	{ "list-before-hello", case_before_hello },
+	{ "save-before-hello", case_save_before_hello },
+	{ "daemon-message-from-client", case_server_message },
+	{ "second-hello", case_second_hello },
+	{ "job-dotdot-x", case_job_dotdot },
+	{ "job-slash", case_job_slash },
+	{ "job-empty", case_job_empty },
+	{ "job-dotdot", case_job_dot },
+	{ "job-hidden", case_job_hidden },
+	{ "job-200-chars", case_job_long },
+	{ "job-control-chars", case_job_ctrl },
+	{ "job-embedded-nul", case_job_nul },
+	{ "job-utf8", case_job_utf8 },
+	{ "rank-ge-world", case_rank_ge_world },
+	{ "hello-max-save-huge", case_huge_max_save },
+	{ "hello-with-fd", case_hello_with_fd },
+	{ "list-with-fd", case_list_with_fd },
+	{ "save-slot-out-of-range", case_save_slot_range },
+	{ "restore-slot-out-of-range", case_restore_slot_range },
+	{ "table-bytes-huge", case_table_bytes_huge },
+	{ "table-offset-huge", case_table_offset_huge },
+	{ "table-count-huge", case_table_count_huge },
+	{ "table-garbage", case_table_garbage },
+	{ "tensor-name-slash", case_name_slash },
+	{ "tensor-name-dotdot", case_name_dotdot },
+	{ "tensor-name-control", case_name_ctrl },
+	{ "tensor-name-nul", case_name_nul },
+	{ "tensor-name-empty", case_name_empty },
+	{ "tensor-name-duplicate", case_name_duplicate },
+	{ "extents-overlap", case_extents_overlap },
+	{ "extent-outside-slot", case_extent_outside },
+	{ "bad-dtype", case_bad_dtype },
+	{ "step-backwards", case_step_backwards },
+	{ "step-repeat-after-skip", case_step_repeat },
+	{ "release-not-held", case_release_not_held },
+	{ "trailing-bytes", case_trailing_bytes },
+};
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "case", required_argument, NULL, 'c' },
+		{ "list", no_argument, NULL, 'l' },
+		{ NULL, 0, NULL, 0 },
+	};
+	const char *only[64];
+	size_t nonly = 0, ncases = sizeof(cases) / sizeof(cases[0]), ran = 0;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		switch (c) {
+		case 's': sock_path = optarg; break;
+		case 'c':
+			if (nonly < 64)
+				only[nonly++] = optarg;
+			break;
+		case 'l':
+			for (size_t i = 0; i < ncases; i++)
+				puts(cases[i].name);
+			return 0;
+		default:
+			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--case NAME]... [--list]\n");
+			return 2;
+		}
+	}
+	if (!sock_path) {
+		fprintf(stderr, "ckpt-raw-client: --socket is required\n");
+		return 2;
+	}
+	for (size_t i = 0; i < ncases; i++) {
+		bool run = nonly == 0;
+
+		for (size_t k = 0; k < nonly; k++)
+			if (!strcmp(only[k], cases[i].name))
+				run = true;
+		if (!run)
+			continue;
+		printf("case %s\n", cases[i].name);
+		fflush(stdout);
+		cases[i].fn(cases[i].name);
+		ran++;
+	}
+	if (ran == 0) {
+		fprintf(stderr, "ckpt-raw-client: no such case\n");
+		return 2;
+	}
+	printf("%zu cases, %d failed\n", ran, fail_count);
+	return fail_count ? 1 : 0;
+}

@@ -1,0 +1,271 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Writes the seed corpora: valid encodings of every message, tables,
+ * indexes and manifests, plus a few malformed ones.
+ *   gen-corpus <dir>   (writes <dir>/{wire,table,index,manifest}/...)
+ * The output is committed under tests/fuzz/corpus/; run it again only
+ * when a format changes.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "proto.h"
+#include "sample.h"
+
+static const char *root;
+static int errors;
+
+static void put(const char *kind, const char *name, const void *data, size_t len)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, kind);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/%s/%s", root, kind, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		errors++;
+	}
+}
+
+static void put_msg(const char *name, const struct ckpt_msg *m)
+{
+	uint8_t buf[CKPT_MSG_MAX_BYTES];
+	ssize_t n = ckpt_msg_encode(m, buf, sizeof(buf));
+	char bad[64];
+
+	if (n < 0) {
+		fprintf(stderr, "encode %s: %zd\n", name, n);
+		errors++;
+		return;
+	}
+	put("wire", name, buf, (size_t)n);
+	/* Malformed relatives: truncated, and with a byte flipped. */
+	snprintf(bad, sizeof(bad), "%s-truncated", name);
+	put("wire", bad, buf, (size_t)n - 1);
+	if (n > 16) {
+		buf[16] ^= 0x80;
+		snprintf(bad, sizeof(bad), "%s-flipped", name);
+		put("wire", bad, buf, (size_t)n);
+	}
+}
+
+static void wire(void)
+{
+	struct ckpt_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_HELLO;
+	m.seq = 1;
+	strcpy(m.u.hello.job, "llama-7b");
+	m.u.hello.rank = 1;
+	m.u.hello.world_size = 2;
+	m.u.hello.max_save_bytes = 1 << 30;
+	m.u.hello.pid = 100;
+	put_msg("hello", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_HELLO_OK;
+	m.seq = 1;
+	m.u.hello_ok.slots = 2;
+	m.u.hello_ok.flags = CKPT_HELLO_F_SKIP_POLICY;
+	m.u.hello_ok.slot_bytes = 2 << 20;
+	m.u.hello_ok.arena_bytes = 4 << 20;
+	m.u.hello_ok.chunk_bytes = 1 << 20;
+	m.u.hello_ok.latest_step = 42;
+	put_msg("hello_ok", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_SAVE;
+	m.seq = 2;
+	m.u.save.step = 43;
+	m.u.save.slot = 1;
+	m.u.save.data_bytes = 8192;
+	m.u.save.table_offset = 8192;
+	m.u.save.table_bytes = 120;
+	m.u.save.blob_offset = 4096;
+	m.u.save.blob_bytes = 10;
+	put_msg("save", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_SAVE_OK;
+	m.seq = 2;
+	m.u.save_ok.step = 43;
+	m.u.save_ok.slot = 1;
+	put_msg("save_ok", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_STATUS;
+	m.u.status.step = 43;
+	m.u.status.state = CKPT_STATE_FAILED;
+	m.u.status.error = -CKPT_E_ABORTED;
+	m.u.status.slot_freed = 1;
+	strcpy(m.u.status.reason, "rank 0 disconnected");
+	put_msg("status", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_SKIP;
+	m.u.step.step = 44;
+	put_msg("skip", &m);
+	m.type = CKPT_MSG_QUERY;
+	put_msg("query", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_LIST;
+	m.seq = 9;
+	put_msg("list", &m);
+	m.type = CKPT_MSG_BYE;
+	put_msg("bye", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_LIST_OK;
+	m.seq = 9;
+	m.u.list_ok.total = 3;
+	m.u.list_ok.count = 3;
+	m.u.list_ok.steps[0] = 10;
+	m.u.list_ok.steps[1] = 20;
+	m.u.list_ok.steps[2] = 42;
+	put_msg("list_ok", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_RESTORE;
+	m.seq = 3;
+	m.u.restore.step = CKPT_NO_STEP;
+	m.u.restore.flags = CKPT_RESTORE_F_EXACT;
+	put_msg("restore", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_RESTORE_OK;
+	m.seq = 3;
+	m.u.restore_ok.step = 42;
+	m.u.restore_ok.flags = CKPT_RESTORE_OK_F_FELL_BACK;
+	m.u.restore_ok.data_bytes = 4096;
+	m.u.restore_ok.table_offset = 4096;
+	m.u.restore_ok.table_bytes = 64;
+	strcpy(m.u.restore_ok.warning, "step 43: chunk 0 of rank 1 does not verify");
+	put_msg("restore_ok", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_RELEASE;
+	m.u.release.slot = 0;
+	put_msg("release", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_ERROR;
+	m.seq = 4;
+	m.u.error.code = -CKPT_E_PROTOCOL;
+	strcpy(m.u.error.message, "message before HELLO");
+	put_msg("error", &m);
+}
+
+static void table(void)
+{
+	struct ckpt_tensor ts[3];
+	char names[3][32];
+	uint8_t buf[4096];
+	ssize_t n;
+
+	sample_tensors(ts, names, 1);
+	n = ckpt_table_encode(ts, 3, buf, sizeof(buf));
+	put("table", "three", buf, (size_t)n);
+	put("table", "three-truncated", buf, (size_t)n - 8);
+	n = ckpt_table_encode(ts, 1, buf, sizeof(buf));
+	put("table", "one", buf, (size_t)n);
+	n = ckpt_table_encode(NULL, 0, buf, sizeof(buf));
+	put("table", "empty", buf, (size_t)n);
+	/* Layout errors the decoder cannot see: overlap, duplicate name. */
+	ts[1].data_offset = 0;
+	strcpy(names[2], names[0]);
+	n = ckpt_table_encode(ts, 3, buf, sizeof(buf));
+	put("table", "overlap-duplicate", buf, (size_t)n);
+}
+
+static void index_(void)
+{
+	struct ckpt_index idx;
+	void *buf = NULL;
+	ssize_t n;
+
+	for (uint32_t r = 0; r < 2; r++) {
+		char name[32];
+
+		if (sample_index(&idx, r) < 0) {
+			errors++;
+			return;
+		}
+		n = ckpt_index_encode(&idx, &buf);
+		if (n < 0) {
+			errors++;
+			return;
+		}
+		snprintf(name, sizeof(name), "rank%u", r);
+		put("index", name, buf, (size_t)n);
+		if (r == 0) {
+			((uint8_t *)buf)[100] ^= 1;
+			put("index", "rank0-flipped", buf, (size_t)n);
+		}
+		free(buf);
+		ckpt_index_free(&idx);
+	}
+	/* Empty table, no blob. */
+	sample_index(&idx, 0);
+	ckpt_table_free(&idx.table);
+	idx.blob_bytes = 0;
+	idx.blob_crc32c = 0;
+	idx.chunk_count = 0;
+	n = ckpt_index_encode(&idx, &buf);
+	if (n > 0)
+		put("index", "empty", buf, (size_t)n);
+	free(buf);
+	ckpt_index_free(&idx);
+}
+
+static void manifest(void)
+{
+	struct ckpt_manifest m;
+	char *text = NULL;
+	size_t len;
+
+	sample_manifest(&m, 2);
+	if (ckpt_manifest_encode(&m, &text, &len) < 0) {
+		errors++;
+		return;
+	}
+	put("manifest", "two-ranks.json", text, len);
+	put("manifest", "two-ranks-truncated.json", text, len / 2);
+	free(text);
+	ckpt_manifest_free(&m);
+
+	sample_manifest(&m, 1);
+	ckpt_table_free(&m.ranks[0].table);
+	ckpt_manifest_encode(&m, &text, &len);
+	put("manifest", "one-rank-no-tensors.json", text, len);
+	/* Same text with a stale checksum. */
+	char *p = strstr(text, "\"step\": 1200");
+	if (p) {
+		p[9] = '3';
+		put("manifest", "stale-checksum.json", text, len);
+	}
+	free(text);
+	ckpt_manifest_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <corpus-dir>\n", argv[0]);
+		return 2;
+	}
+	root = argv[1];
+	mkdir(root, 0755);
+	wire();
+	table();
+	index_();
+	manifest();
+	return errors ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# Saves in a tight loop without waiting, one slot per rank.
+# skip: every step ends committed or skipped, none is lost, some commit.
+# block: every step commits.
+. "$(dirname "$0")/lib.sh"
+
+OPTS=(--tensors 6 --min-bytes 1M --max-bytes 24M --seed 5 --first 1 --every 1 --count 25)
+
+ckptd_start skip "$T/root-skip" --slots-per-rank 1 --backpressure skip
+run_ranks 1 skip --socket "$(sock skip)" --job bp "${OPTS[@]}" --accept-skipped
+n_commit=$(grep -c ' committed' "$T/skip-0.log")
+n_skip=$(grep -c ' skipped$\| skipped:' "$T/skip-0.log")
+log "skip policy: $n_commit committed, $n_skip skipped of 25"
+[ "$n_commit" -ge 1 ] || fail "skip policy: nothing committed"
+[ $((n_commit + n_skip)) -eq 25 ] || fail "skip policy: $n_commit committed + $n_skip skipped != 25 steps"
+[ "$(committed_steps "$T/root-skip/bp" | wc -l)" -eq "$n_commit" ] ||
+	fail "skip policy: $(committed_steps "$T/root-skip/bp" | wc -l) step dirs committed on disk, rank saw $n_commit"
+verify_all "$T/root-skip/bp" >/dev/null
+ckptd_stop skip
+
+# Two ranks, skip policy: a step one rank skipped cannot commit for the other
+# (it gets FAILED, aborted); still nothing may be lost or hang.
+ckptd_start skip2 "$T/root-skip2" --slots-per-rank 1 --backpressure skip
+run_ranks 2 skip2 --socket "$(sock skip2)" --job bp2 "${OPTS[@]}" --accept-skipped --accept-aborted
+verify_all "$T/root-skip2/bp2" >/dev/null
+ckptd_stop skip2
+
+ckptd_start block "$T/root-block" --slots-per-rank 1 --backpressure block
+run_ranks 2 block --socket "$(sock block)" --job bp "${OPTS[@]}"
+expect_committed "$T/root-block/bp" "$(seq -s ' ' 1 25)"
+ckptd_stop block
+log "pass"

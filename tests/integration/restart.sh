@@ -1,0 +1,29 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# A ckptd restart keeps committed steps (they restore and verify) and
+# removes an uncommitted step directory planted while it was down.
+. "$(dirname "$0")/lib.sh"
+
+ROOT=$T/root
+JOB=$ROOT/rs
+OPTS=(--socket "$(sock d)" --job rs --seed 9 --tensors 5 --min-bytes 4K --max-bytes 8M)
+ckptd_start d "$ROOT"
+run_ranks 2 save "${OPTS[@]}" --steps 10,20 --wait
+ckptd_stop d
+
+# An interrupted save: shard files, no manifest.
+P=$(stepdir "$JOB" 30)
+mkdir -p "$P"
+head -c 1048576 /dev/urandom >"$P/rank-000000.shard"
+echo junk >"$P/rank-000000.index"
+ckptd_start d "$ROOT"
+[ -e "$P" ] && fail "planted uncommitted $P survived the restart"
+expect_committed "$JOB" "10 20"
+expect_latest "$JOB" 20
+verify_all "$JOB" >/dev/null
+run_ranks 2 restore "${OPTS[@]}" --restore latest --expect-step 20
+# Saving goes on after the restart.
+run_ranks 2 save2 "${OPTS[@]}" --steps 40 --wait
+expect_committed "$JOB" "10 20 40"
+ckptd_stop d
+log "pass"

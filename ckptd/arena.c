@@ -115,6 +115,7 @@ fail:
 
 void arena_destroy(struct client *c)
 {
+	writer_unregister_arena(c);
 	if (c->arena) {
 		munmap(c->arena, c->arena_bytes);
 		c->d->staging_used -= c->arena_bytes;

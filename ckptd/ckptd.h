@@ -58,6 +58,8 @@ struct client {
 	uint8_t *arena;
 	uint64_t arena_bytes, slot_bytes;
 	uint32_t slots;
+	int fixed_base;       /* first registered-buffer index, or -1 */
+	unsigned fixed_count;
 	uint8_t *slot_state;  /* enum slot_state per slot */
 	uint64_t *slot_step;  /* step a SAVING slot belongs to */
 	/* replies that did not fit the socket buffer */
@@ -111,6 +113,9 @@ struct job {
 
 struct io_req;
 
+#define FIXED_BUFFERS 1024u
+#define FIXED_PIECE (1ull << 30) /* the kernel's limit per registered buffer */
+
 struct daemon {
 	struct ckptd_config *cfg;
 	int epfd;
@@ -119,6 +124,8 @@ struct daemon {
 	int ring_efd;
 	struct io_uring ring;
 	bool ring_ready;
+	bool fixed_ok;             /* a sparse registered-buffer table exists */
+	uint8_t *fixed_used;       /* FIXED_BUFFERS entries */
 	unsigned ring_inflight;
 	int root_fd;
 	struct workers *workers;
@@ -149,6 +156,10 @@ void writer_fini(struct daemon *d);
 int writer_start(struct client *c, struct step *st, uint32_t slot,
 		 const struct ckpt_msg_save *msg, struct ckpt_table *table,
 		 char *err, size_t errlen);
+/* Register c's arena as io_uring fixed buffers where allowed (best effort)
+ * and drop the registration (only once no I/O uses it). */
+void writer_register_arena(struct client *c);
+void writer_unregister_arena(struct client *c);
 void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe);
 void writer_pump(struct daemon *d);
 

@@ -674,31 +674,15 @@ static void load_file(struct loader *ld, const char *path, bool must_exist)
 	ld->cfg->config_file = strdup(path);
 }
 
-/* Same rule as libckpt's ckpt_default_socket_path() (proto/proto.h), so
- * that a daemon and its clients agree without configuration. */
-static int default_socket_path(char *buf, size_t cap)
-{
-	const char *s = getenv("CKPT_SOCKET");
-	int n;
-
-	if (s && *s)
-		n = snprintf(buf, cap, "%s", s);
-	else if (geteuid() != 0 && (s = getenv("XDG_RUNTIME_DIR")) && *s)
-		n = snprintf(buf, cap, "%s/ckptd.sock", s);
-	else
-		n = snprintf(buf, cap, "%s", SOCKET_FALLBACK);
-	if (n < 0 || (size_t)n >= cap)
-		return -ENAMETOOLONG;
-	return n;
-}
-
 static void apply_defaults(struct loader *ld)
 {
 	char sock[sizeof(((struct sockaddr_un *)0)->sun_path)];
 
 	for (size_t i = 0; i < N_OPTIONS; i++)
 		apply(ld, &options[i], options[i].def, "default");
-	if (default_socket_path(sock, sizeof(sock)) >= 0)
+	/* libckpt's rule, so that a daemon and its clients agree without
+	 * configuration. */
+	if (ckpt_default_socket_path(sock, sizeof(sock)) >= 0)
 		apply(ld, find_option("socket"), sock, "default socket ($CKPT_SOCKET / $XDG_RUNTIME_DIR)");
 	else {
 		fprintf(ld->errout, "CKPT_SOCKET / XDG_RUNTIME_DIR: default socket path too long\n");

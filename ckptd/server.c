@@ -286,6 +286,7 @@ static void on_accept(struct daemon *d)
 		c->pid = cred.pid;
 		c->uid = cred.uid;
 		c->arena_fd = -1;
+		c->fixed_base = -1;
 		c->last_step = CKPT_NO_STEP;
 		c->refs = 1;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
@@ -352,6 +353,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 		client_kill(c, "arena");
 		return;
 	}
+	writer_register_arena(c);
 	c->hello_done = true;
 	c->generation = ++d->generation;
 	job->clients++;

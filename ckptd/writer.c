@@ -72,7 +72,67 @@ int writer_init(struct daemon *d)
 	r = io_uring_register_eventfd(&d->ring, d->ring_efd);
 	if (r < 0)
 		return r;
+	if (d->cfg->fixed_buffers) {
+		d->fixed_used = calloc(FIXED_BUFFERS, 1);
+		r = d->fixed_used ? io_uring_register_buffers_sparse(&d->ring, FIXED_BUFFERS) : -ENOMEM;
+		if (r < 0)
+			log_info("writer", "no registered buffers, plain writes: %s", strerror(-r));
+		d->fixed_ok = r == 0;
+	}
 	return 0;
+}
+
+void writer_register_arena(struct client *c)
+{
+	struct daemon *d = c->d;
+	unsigned n = (unsigned)((c->arena_bytes + FIXED_PIECE - 1) / FIXED_PIECE);
+	struct iovec iov[64];
+	unsigned base, run = 0;
+	int r;
+
+	c->fixed_base = -1;
+	if (!d->fixed_ok || n == 0 || n > 64)
+		return;
+	for (base = 0; base < FIXED_BUFFERS; base++) {
+		run = d->fixed_used[base] ? 0 : run + 1;
+		if (run == n)
+			break;
+	}
+	if (run != n)
+		return;
+	base = base + 1 - n;
+	for (unsigned i = 0; i < n; i++) {
+		uint64_t off = (uint64_t)i * FIXED_PIECE;
+		iov[i].iov_base = c->arena + off;
+		iov[i].iov_len = c->arena_bytes - off < FIXED_PIECE ? c->arena_bytes - off : FIXED_PIECE;
+	}
+	/* Pins the pages: refused beyond RLIMIT_MEMLOCK without
+	 * CAP_IPC_LOCK, in which case plain writes do the job. */
+	r = io_uring_register_buffers_update_tag(&d->ring, base, iov, NULL, n);
+	if (r < 0) {
+		log_debug("writer", "arena not registered job=%s rank=%u error=\"%s\"",
+			  c->job->name, c->rank, strerror(-r));
+		return;
+	}
+	for (unsigned i = 0; i < n; i++)
+		d->fixed_used[base + i] = 1;
+	c->fixed_base = (int)base;
+	c->fixed_count = n;
+}
+
+void writer_unregister_arena(struct client *c)
+{
+	struct daemon *d = c->d;
+	struct iovec iov[64];
+
+	if (c->fixed_base < 0 || !d->ring_ready)
+		return;
+	memset(iov, 0, sizeof(iov));
+	io_uring_register_buffers_update_tag(&d->ring, (unsigned)c->fixed_base, iov, NULL,
+					     c->fixed_count);
+	for (unsigned i = 0; i < c->fixed_count; i++)
+		d->fixed_used[c->fixed_base + (int)i] = 0;
+	c->fixed_base = -1;
 }
 
 void writer_fini(struct daemon *d)
@@ -80,6 +140,27 @@ void writer_fini(struct daemon *d)
 	if (d->ring_ready)
 		io_uring_queue_exit(&d->ring);
 	d->ring_ready = false;
+	free(d->fixed_used);
+	d->fixed_used = NULL;
+}
+
+/* Queue a write of [off, off+len) of the job's slot, from a registered
+ * buffer when the range lies inside one. */
+static void prep_write(struct save_job *j, struct io_uring_sqe *sqe, uint64_t off, uint32_t len)
+{
+	struct client *c = j->c;
+	uint8_t *addr = j->base + off;
+
+	if (c->fixed_base >= 0 && len > 0) {
+		uint64_t aoff = (uint64_t)(addr - c->arena);
+		uint64_t piece = aoff / FIXED_PIECE;
+		if ((aoff + len - 1) / FIXED_PIECE == piece) {
+			io_uring_prep_write_fixed(sqe, j->fd, addr, len, off,
+						  c->fixed_base + (int)piece);
+			return;
+		}
+	}
+	io_uring_prep_write(sqe, j->fd, addr, len, off);
 }
 
 static void job_set_error(struct save_job *j, int err, const char *what)
@@ -329,7 +410,7 @@ void writer_pump(struct daemon *d)
 			req->op = IO_WRITE;
 			req->off = j->next_off;
 			req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
-			io_uring_prep_write(sqe, j->fd, j->base + req->off, req->len, req->off);
+			prep_write(j, sqe, req->off, req->len);
 			io_uring_sqe_set_data(sqe, req);
 			j->next_off += req->len;
 			j->inflight++;
@@ -366,8 +447,7 @@ void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
 				if (sqe) {
 					req->off += (uint64_t)res;
 					req->len -= (uint32_t)res;
-					io_uring_prep_write(sqe, j->fd, j->base + req->off, req->len,
-							    req->off);
+					prep_write(j, sqe, req->off, req->len);
 					io_uring_sqe_set_data(sqe, req);
 					j->inflight++;
 					d->ring_inflight++;

@@ -301,7 +301,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int64_t deadline = now_ms() + timeout_ms;
 	size_t plen = strlen(path);
-	int r;
+	int r, last_err = 0;
 
 	if (plen == 0)
 		return -EINVAL;
@@ -321,8 +321,13 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 		if (r == 0)
 			return 0;
 		close(fd);
+		/* Out of time while retrying: the reason we retried says more
+		 * than the timeout does. */
+		if (r == -ETIMEDOUT && last_err)
+			return last_err;
 		if (!connect_retryable(r) || remaining_ms(deadline) == 0)
 			return r;
+		last_err = r;
 		sleep_ms(remaining_ms(deadline) < 50 ? remaining_ms(deadline) : 50);
 	}
 }

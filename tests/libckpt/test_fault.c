@@ -190,10 +190,10 @@ static int serve(int lfd, void *arg)
 		/* JUNK_STATUS: a slot out of range, then a packet that does
 		 * not decode. */
 		send_status(cfd, 1, CKPT_STATE_DURABLE, 0, 7);
-		fake_recv(cfd, &m, 5000); /* the SKIP of step 2 */
-		if (m.type != CKPT_MSG_SKIP || m.u.step.step != 2)
+		fake_recv(cfd, &m, 5000); /* the SKIP of step 3 */
+		if (m.type != CKPT_MSG_SKIP || m.u.step.step != 3)
 			return 7;
-		fake_send_raw(cfd, "\x43\x4b\x50\x54junkjunkjunk", 16, NULL, 0);
+		fake_send_raw(cfd, "junkjunkjunkjunk", 16, NULL, 0);
 		break;
 	}
 	wait_eof(cfd);
@@ -351,9 +351,51 @@ static int test_junk_status(void)
 	ckpt_save_abort(s);
 	/* Step 2 not possible any more (3 was skipped). */
 	CHECK_EQ(ckpt_save_begin(ctx, 2, &s), -CKPT_E_STEP_ORDER);
-	(void)events;
+	/* Then a packet that does not decode: the connection is dropped and
+	 * step 1, durable but not committed, fails. */
+	CHECK_EQ(ckpt_wait(ctx, 1, 3000, &st), 0);
+	CHECK_EQ(st.state, CKPT_STATE_FAILED);
+	CHECK_EQ(st.error, -CKPT_E_PROTOCOL);
+	while (ckpt_next_event(ctx, &st) == 1)
+		events++;
+	/* 999, 1000, 1001, pending 1, durable 1, skipped 3, then at the drop
+	 * failed 999 and failed 1 (nothing more will come for either). */
+	CHECK_EQ(events, 8);
 	CHECK_EQ(fake_stop(&f, 5000), 0);
 	ckpt_close(ctx);
+	CHECK_EQ(count_fds(), fds);
+	CHECK_EQ(count_memfd_maps(), maps);
+	return 0;
+}
+
+/* A reply that breaks the rules after a good connect. */
+static int test_bad_save_reply(enum scenario sc, int want)
+{
+	struct fake f;
+	ckpt_ctx *ctx = NULL;
+	ckpt_save *s1 = NULL, *s2 = NULL;
+	ckpt_options o;
+	int fds = count_fds(), maps = count_memfd_maps();
+	int r;
+
+	CHECK(fake_start(&f, serve, (void *)(long)sc) == 0);
+	o = opts_for(f.path, 2000);
+	CHECK_EQ(ckpt_connect(&o, &ctx), 0);
+	CHECK(fill_save(ctx, 1, &r) == 0);
+	if (r != want)
+		fprintf(stderr, "%s: finish returned %d, want %d\n", scenario_name[sc], r, want);
+	CHECK_EQ(r, want);
+	if (want == -CKPT_E_EXISTS) {
+		/* Refused: the slot stayed ours, so both are free. */
+		CHECK_EQ(ckpt_save_begin(ctx, 2, &s1), 0);
+		CHECK_EQ(ckpt_save_begin(ctx, 3, &s2), 0);
+		ckpt_save_abort(s2);
+		ckpt_save_abort(s1);
+	} else {
+		CHECK(ckpt_fd(ctx) < 0);
+	}
+	ckpt_close(ctx);
+	CHECK_EQ(fake_stop(&f, 5000), 0);
 	CHECK_EQ(count_fds(), fds);
 	CHECK_EQ(count_memfd_maps(), maps);
 	return 0;
@@ -387,7 +429,9 @@ int main(void)
 			return 1;
 		}
 	}
-	if (test_close_mid_save() || test_close_after_save_ok() || test_junk_status())
+	if (test_close_mid_save() || test_close_after_save_ok() || test_junk_status() ||
+	    test_bad_save_reply(FD_ON_SAVE_OK, -CKPT_E_PROTOCOL) ||
+	    test_bad_save_reply(ERROR_ON_SAVE, -CKPT_E_EXISTS))
 		return 1;
 	printf("ok\n");
 	return 0;

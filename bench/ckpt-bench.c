@@ -513,13 +513,29 @@ static void stop_ranks(void)
 	nprocs = 0;
 }
 
+static void report_ckptd_exit(int status)
+{
+	if (WIFSIGNALED(status) && WTERMSIG(status) != SIGTERM)
+		fprintf(stderr, "ckpt-bench: ckptd died of signal %d\n", WTERMSIG(status));
+	else if (WIFEXITED(status) && WEXITSTATUS(status) != 0)
+		fprintf(stderr, "ckpt-bench: ckptd exited with status %d\n", WEXITSTATUS(status));
+}
+
 static void stop_ckptd(void)
 {
+	int status;
+
 	if (ckptd_pid <= 0)
 		return;
+	if (waitpid(ckptd_pid, &status, WNOHANG) == ckptd_pid) {
+		report_ckptd_exit(status);
+		ckptd_pid = -1;
+		return;
+	}
 	kill(ckptd_pid, SIGTERM);
 	for (int i = 0; i < 200; i++) {
-		if (waitpid(ckptd_pid, NULL, WNOHANG) == ckptd_pid) {
+		if (waitpid(ckptd_pid, &status, WNOHANG) == ckptd_pid) {
+			report_ckptd_exit(status);
 			ckptd_pid = -1;
 			return;
 		}

@@ -878,6 +878,14 @@ int server_run(struct ckptd_config *cfg)
 	d->epfd = d->listen_fd = d->signal_fd = d->ring_efd = d->root_fd = -1;
 	d->direct_io = -1;
 	probe_mlock(d);
+	/* Blocked before any thread starts, so that every thread inherits the
+	 * mask and the signals reach the loop through the signalfd only. */
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &mask, NULL);
+	signal(SIGPIPE, SIG_IGN);
 
 	if (mkdir(cfg->root, 0750) < 0 && errno != EEXIST) {
 		r = -errno;
@@ -915,12 +923,6 @@ int server_run(struct ckptd_config *cfg)
 		log_error("server", "scanning checkpoint root %s: %s", cfg->root, strerror(-r));
 		goto out;
 	}
-	sigemptyset(&mask);
-	sigaddset(&mask, SIGTERM);
-	sigaddset(&mask, SIGINT);
-	sigaddset(&mask, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &mask, NULL);
-	signal(SIGPIPE, SIG_IGN);
 	d->signal_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 	d->epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (d->signal_fd < 0 || d->epfd < 0) {
@@ -973,11 +975,14 @@ int server_run(struct ckptd_config *cfg)
 						live = true;
 				if (!live)
 					continue;
+				/* Handlers may disconnect c: keep it alive meanwhile. */
+				c->refs++;
 				if (evs[i].events & EPOLLOUT)
 					if (client_flush(c) < 0)
 						client_kill(c, "send failed");
 				if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 					on_client_readable(c);
+				client_unref(c);
 			}
 		}
 	}

@@ -155,6 +155,9 @@ int store_read_file(int dirfd, const char *name, size_t max, void **out,
 	_cleanup_free_ char *buf = NULL;
 	size_t cap, used = 0;
 
+	/* Room for the NUL and for noticing growth past max. */
+	if (max > SIZE_MAX - 2)
+		max = SIZE_MAX - 2;
 	fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -185,7 +188,7 @@ int store_read_file(int dirfd, const char *name, size_t max, void **out,
 			/* The file grew while we read it. */
 			if (cap > max)
 				return -EFBIG;
-			size_t ncap = cap * 2 > max + 1 ? max + 1 : cap * 2;
+			size_t ncap = cap > (max + 1) / 2 ? max + 1 : cap * 2;
 			char *nbuf = realloc(buf, ncap + 1);
 
 			if (!nbuf)

@@ -873,7 +873,7 @@ static int ctx_list(ckpt_ctx *ctx, struct ckpt_msg *reply)
 	struct ckpt_msg m = { .type = CKPT_MSG_LIST };
 	int r;
 
-	r = ctx_ensure_connected(ctx, CKPT_AUTO_RECONNECT_MS);
+	r = ctx_ensure_connected(ctx, ctx_auto_reconnect_ms(ctx));
 	if (r < 0)
 		return -CKPT_E_DISCONNECTED;
 	r = ctx_send(ctx, &m);

@@ -105,6 +105,13 @@ struct ckpt_restore {
 	struct ckpt_table table;
 };
 
+/* An automatic reconnect waits no longer than an explicit one would. */
+static inline int ctx_auto_reconnect_ms(const ckpt_ctx *ctx)
+{
+	return ctx->connect_timeout_ms < CKPT_AUTO_RECONNECT_MS ? (int)ctx->connect_timeout_ms
+								: CKPT_AUTO_RECONNECT_MS;
+}
+
 static inline uint64_t ckpt_align_up(uint64_t v)
 {
 	return (v + (CKPT_ALIGN - 1)) & ~(uint64_t)(CKPT_ALIGN - 1);

@@ -73,7 +73,7 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 		if (ctx->fd < 0) {
 			/* One short attempt: a trainer whose ckptd is gone keeps
 			 * training and tries again at the next save. */
-			if (reconnected || ctx_ensure_connected(ctx, CKPT_AUTO_RECONNECT_MS) < 0) {
+			if (reconnected || ctx_ensure_connected(ctx, ctx_auto_reconnect_ms(ctx)) < 0) {
 				r = -CKPT_E_DISCONNECTED;
 				goto out;
 			}

@@ -887,12 +887,20 @@ static void split_path(const char *path, char *dir, size_t dircap, char *base,
 	}
 }
 
+/* The job's name from its directory path, resolving "." and "..". */
+static void job_name_of(const char *jobdir, char *job, size_t cap)
+{
+	char dir[PATH_MAX], *real = realpath(jobdir, NULL);
+
+	split_path(real ? real : jobdir, dir, sizeof(dir), job, cap);
+	free(real);
+}
+
 /* Work out from the path whether it names a root, a job or a step. */
 static int resolve(const char *arg, struct target *t)
 {
 	struct stat st;
 	size_t len = strlen(arg);
-	char jobdir_parent[PATH_MAX];
 
 	if (len == 0 || len >= sizeof(t->path)) {
 		errmsg("invalid path '%s'", arg);
@@ -910,8 +918,7 @@ static int resolve(const char *arg, struct target *t)
 		}
 		if (ckpt_step_dirname_parse(t->name, &t->step) == 0) {
 			t->level = LEVEL_STEP;
-			split_path(t->parent, jobdir_parent, sizeof(jobdir_parent),
-				   t->job, sizeof(t->job));
+			job_name_of(t->parent, t->job, sizeof(t->job));
 			return 0;
 		}
 		int fd = open_dir(t->path);
@@ -922,7 +929,7 @@ static int resolve(const char *arg, struct target *t)
 		}
 		t->level = looks_like_job(fd) ? LEVEL_JOB : LEVEL_ROOT;
 		close(fd);
-		snprintf(t->job, sizeof(t->job), "%s", t->name);
+		job_name_of(t->path, t->job, sizeof(t->job));
 		return 0;
 	}
 	if (errno != ENOENT) {
@@ -933,8 +940,7 @@ static int resolve(const char *arg, struct target *t)
 	if (parse_step(t->name, &t->step) && stat(t->parent, &st) == 0 &&
 	    S_ISDIR(st.st_mode)) {
 		t->level = LEVEL_STEP;
-		split_path(t->parent, jobdir_parent, sizeof(jobdir_parent), t->job,
-			   sizeof(t->job));
+		job_name_of(t->parent, t->job, sizeof(t->job));
 		return 0;
 	}
 	errmsg("%s: no such file or directory", t->path);

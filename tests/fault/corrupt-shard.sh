@@ -8,7 +8,7 @@
 ROOT=$T/root
 JOB=$ROOT/cs
 OPTS=(--socket "$(sock d)" --job cs --seed 41 --tensors 5 --min-bytes 64K --max-bytes 2M)
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 run_ranks 2 save "${OPTS[@]}" --steps 10,20 --wait
 expect_committed "$JOB" "10 20"
 verify "$JOB" 20

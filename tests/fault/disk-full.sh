@@ -16,7 +16,7 @@ JOB=$ROOT/df
 SMALL=(--socket "$(sock d)" --job df --seed 31 --tensors 4 --min-bytes 4K --max-bytes 1M)
 BIG=(--socket "$(sock d)" --job df --seed 32 --tensors 3 --min-bytes 20M --max-bytes 20M --timeout-ms 30000)
 
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 run_ranks 1 small "${SMALL[@]}" --steps 10 --wait
 expect_committed "$JOB" "10"
 dd if=/dev/zero of="$MNT/filler" bs=1M count=70 status=none 2>/dev/null # leaves ~26 MiB

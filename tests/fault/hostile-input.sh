@@ -10,7 +10,7 @@
 ROOT=$T/root
 JOB=$ROOT/good
 OPTS=(--socket "$(sock d)" --job good --seed 17 --tensors 5 --min-bytes 4K --max-bytes 4M)
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 run_ranks 2 first "${OPTS[@]}" --steps 10,20 --wait
 
 rank_start good-0 "${OPTS[@]}" --rank 0 --world 2 --first 30 --every 10 --count 40 --sleep-between-ms 50 --wait

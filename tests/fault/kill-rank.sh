@@ -8,7 +8,7 @@
 ROOT=$T/root
 JOB=$ROOT/kr
 OPTS=(--socket "$(sock d)" --job kr --seed 11 --tensors 6 --min-bytes 1M --max-bytes 48M --timeout-ms 30000)
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 pids=()
 for r in 0 1 2; do
 	rank_start r$r "${OPTS[@]}" --rank $r --world 4 --steps 10,20,30 --wait --expect-fail 20

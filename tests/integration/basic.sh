@@ -10,7 +10,7 @@ ROOT=$T/root
 JOB=$ROOT/llama
 COMMON=(--socket "$(sock d)" --job llama --seed 42 --tensors 10 --min-bytes 4K --max-bytes 64M --blob-bytes 12345)
 
-ckptd_start d "$ROOT" --slots-per-rank 2 --chunk-size 1MiB
+ckptd_start d "$ROOT" --slots-per-rank 2 --chunk-size 1MiB --keep-last 0
 log "saving steps 10,20,30 on 4 ranks"
 run_ranks 4 save "${COMMON[@]}" --steps 10,20,30 --wait
 for r in 0 1 2 3; do

@@ -14,6 +14,10 @@ set -o pipefail
 : "${CKPT_INSPECT:?CKPT_INSPECT must name the ckpt-inspect binary}"
 : "${CKPT_TEST_RANK:?CKPT_TEST_RANK must name the ckpt-test-rank binary}"
 
+# Settings must come from the test alone, not from the caller's environment.
+for v in $(compgen -e | grep '^CKPTD_'); do unset "$v"; done
+unset CKPT_SOCKET
+
 TEST_NAME=$(basename "$0" .sh)
 T=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-$TEST_NAME.XXXXXX")
 declare -A CKPTD_PID=()    # name -> pid
@@ -76,7 +80,8 @@ ckptd_start() {
 	mkdir -p "$root"
 	rm -f "$sock"
 	echo "=== start $(date +%T.%3N): $* ===" >>"$T/ckptd-$name.log"
-	"$CKPTD" --root "$root" --socket "$sock" --log-level debug "$@" \
+	# --config '': no system config file; tests say every setting they rely on.
+	"$CKPTD" --config '' --root "$root" --socket "$sock" --log-level debug "$@" \
 		>>"$T/ckptd-$name.log" 2>&1 &
 	CKPTD_PID[$name]=$!
 	for i in $(seq 1 200); do

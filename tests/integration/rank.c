@@ -509,7 +509,7 @@ static int run_saves(ckpt_ctx *ctx)
 		uint64_t step = o.nsteps ? o.steps[si] : o.first + si * o.every;
 		double retry_deadline = now_ms() + o.timeout_ms;
 		ckpt_save *sv = NULL;
-		double t0;
+		double t0, stall;
 		int r;
 
 		if (o.nsteps == 0 && si >= MAX_STEPS)
@@ -556,7 +556,9 @@ again:
 			bad = 1;
 			break;
 		}
-		stalls[naccepted < o.nsteps ? naccepted : 0] = now_ms() - t0;
+		/* The stall the trainer sees: begin, copy, finish. */
+		stall = now_ms() - t0;
+		stalls[naccepted < o.nsteps ? naccepted : 0] = stall;
 		if (step == o.die_step && o.die_after_finish) {
 			say("step %" PRIu64 " accepted; dying now (SIGKILL)", step);
 			raise(SIGKILL);
@@ -569,14 +571,14 @@ again:
 					bad = 1;
 				continue;
 			}
-			print_outcome(step, &st, now_ms() - t0);
+			print_outcome(step, &st, stall);
 			if (!outcome_ok(step, &st))
 				bad = 1;
 			if (st.state == CKPT_STATE_COMMITTED)
 				committed++;
 		} else if (!o.reconnect_loop && o.nsteps) {
 			accepted[naccepted++] = step;
-			say("step %" PRIu64 " accepted (stall %.1f ms)", step, now_ms() - t0);
+			say("step %" PRIu64 " accepted (stall %.1f ms)", step, stall);
 		}
 	}
 	/* Without --wait, collect every outcome now: nothing may be lost. */

@@ -7,7 +7,7 @@
 ROOT=$T/root
 JOB=$ROOT/rs
 OPTS=(--socket "$(sock d)" --job rs --seed 9 --tensors 5 --min-bytes 4K --max-bytes 8M)
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 run_ranks 2 save "${OPTS[@]}" --steps 10,20 --wait
 ckptd_stop d
 
@@ -16,7 +16,7 @@ P=$(stepdir "$JOB" 30)
 mkdir -p "$P"
 head -c 1048576 /dev/urandom >"$P/rank-000000.shard"
 echo junk >"$P/rank-000000.index"
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 [ -e "$P" ] && fail "planted uncommitted $P survived the restart"
 expect_committed "$JOB" "10 20"
 expect_latest "$JOB" 20

@@ -5,7 +5,7 @@
 . "$(dirname "$0")/lib.sh"
 
 ROOT=$T/root
-ckptd_start d "$ROOT"
+ckptd_start d "$ROOT" --keep-last 0
 A=(--socket "$(sock d)" --job job-a --seed 1 --tensors 6 --min-bytes 1K --max-bytes 16M)
 B=(--socket "$(sock d)" --job job_b.v2 --seed 2 --tensors 12 --min-bytes 512 --max-bytes 4M)
 run_ranks 3 a "${A[@]}" --steps 100,200,300 --wait &

@@ -135,7 +135,7 @@ static int serve(int lfd, void *arg)
 			m.u.error.code = -CKPT_E_BUSY;
 			fake_send(cfd, &m, NULL, 0);
 			close(cfd);
-			cfd = fake_accept(lfd, 1500);
+			cfd = fake_accept(lfd, 700);
 			if (cfd < 0)
 				return 0;
 			if (fake_recv(cfd, &hello, 5000) < 0)
@@ -266,7 +266,7 @@ static int test_close_mid_save(void)
 	int r;
 
 	CHECK(fake_start(&f, serve, (void *)(long)CLOSE_MID_SAVE) == 0);
-	o = opts_for(f.path, 2000);
+	o = opts_for(f.path, 500);
 	CHECK_EQ(ckpt_connect(&o, &ctx), 0);
 	CHECK(fill_save(ctx, 1, &r) == 0);
 	CHECK_EQ(r, -CKPT_E_DISCONNECTED);
@@ -280,7 +280,7 @@ static int test_close_mid_save(void)
 	t0 = test_now_ms();
 	CHECK(fill_save(ctx, 2, &r) == 0);
 	CHECK_EQ(r, -CKPT_E_DISCONNECTED);
-	CHECK(test_now_ms() - t0 < 2500);
+	CHECK(test_now_ms() - t0 < 1500);
 	CHECK(ckpt_reconnect(ctx) < 0);
 	ckpt_close(ctx);
 	CHECK_EQ(count_fds(), fds);

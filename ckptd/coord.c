@@ -372,9 +372,12 @@ void coord_rank_gone(struct job *job, uint32_t rank, const char *why)
 	for (struct step *st = job->steps; st; st = st->next) {
 		if (st->state != STEP_OPEN || rank >= st->world_size)
 			continue;
-		if (st->votes[rank].durable)
+		/* A save already handed over is complete in shared memory: it
+		 * is finished and still counts. Only a rank that never handed
+		 * its shard over leaves the step unable to commit. */
+		if (st->votes[rank].durable || st->saving[rank])
 			continue;
-		coord_fail(st, -CKPT_E_ABORTED, "rank %u %s before step %llu was durable",
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u %s without saving step %llu",
 			   rank, why, (unsigned long long)st->step);
 	}
 }

@@ -108,6 +108,8 @@ struct job {
 	size_t n_committed, cap_committed;
 	unsigned *restore_pins;    /* parallel to committed: restores in progress */
 	struct step *steps;        /* open, committing and recently failed steps */
+	uint32_t *left;            /* ranks that disconnected and have not come back */
+	size_t n_left, cap_left;
 	unsigned retention_running;
 };
 
@@ -185,6 +187,10 @@ void coord_fail(struct step *st, int error, const char *fmt, ...)
 void coord_save_done(struct step *st, uint32_t rank);
 /* A rank's connection went away (or skipped): steps it cannot finish fail. */
 void coord_rank_gone(struct job *job, uint32_t rank, const char *why);
+/* A rank (re)joined the job. */
+void coord_rank_back(struct job *job, uint32_t rank);
+/* A rank of the job that left and cannot vote for st, or -1. */
+int64_t coord_missing_rank(struct job *job, const struct step *st);
 void coord_state_of(struct job *job, uint64_t step, struct ckpt_msg_status *out);
 void job_pin(struct job *job, uint64_t step, int delta);
 

@@ -367,8 +367,44 @@ void coord_save_done(struct step *st, uint32_t rank)
 		removal_start(st->job, st, st->step, false);
 }
 
+void coord_rank_back(struct job *job, uint32_t rank)
+{
+	for (size_t i = 0; i < job->n_left; i++) {
+		if (job->left[i] == rank) {
+			job->left[i] = job->left[--job->n_left];
+			return;
+		}
+	}
+}
+
+int64_t coord_missing_rank(struct job *job, const struct step *st)
+{
+	for (size_t i = 0; i < job->n_left; i++) {
+		uint32_t r = job->left[i];
+		if (r < st->world_size && !st->votes[r].durable && !st->saving[r])
+			return r;
+	}
+	return -1;
+}
+
 void coord_rank_gone(struct job *job, uint32_t rank, const char *why)
 {
+	if (job->clients == 0) {
+		/* Everyone left: the next ranks to come are a new run. */
+		job->n_left = 0;
+	} else {
+		coord_rank_back(job, rank);
+		if (job->n_left == job->cap_left) {
+			size_t cap = job->cap_left ? job->cap_left * 2 : 8;
+			uint32_t *l = realloc(job->left, cap * sizeof(*l));
+			if (l) {
+				job->left = l;
+				job->cap_left = cap;
+			}
+		}
+		if (job->n_left < job->cap_left)
+			job->left[job->n_left++] = rank;
+	}
 	for (struct step *st = job->steps; st; st = st->next) {
 		if (st->state != STEP_OPEN || rank >= st->world_size)
 			continue;

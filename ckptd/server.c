@@ -196,6 +196,7 @@ static void client_kill(struct client *c, const char *why)
 		c->job->clients--;
 		if (c->job->clients == 0)
 			c->job->world_size = 0;
+		/* Connected ranks are counted before this: see coord_rank_gone. */
 		coord_rank_gone(c->job, c->rank, "disconnected");
 	} else {
 		log_debug("server", "client gone client=%llu reason=\"%s\"",
@@ -356,6 +357,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 	writer_register_arena(c);
 	c->hello_done = true;
 	c->generation = ++d->generation;
+	coord_rank_back(job, c->rank);
 	job->clients++;
 	job->world_size = h->world_size;
 
@@ -470,6 +472,15 @@ static struct step *step_for_client(struct client *c, const struct ckpt_msg *m, 
 	if (st->world_size != c->world_size) {
 		send_error(c, m->seq, -CKPT_E_REFUSED, "job %s step %llu has world size %u, not %u",
 			   job->name, (unsigned long long)step, st->world_size, c->world_size);
+		return NULL;
+	}
+	int64_t missing = coord_missing_rank(job, st);
+	if (missing >= 0) {
+		coord_fail(st, -CKPT_E_ABORTED, "rank %lld left job %s and has not come back",
+			   (long long)missing, job->name);
+		send_error(c, m->seq, -CKPT_E_ABORTED,
+			   "job %s step %llu cannot commit: rank %lld left the job and has not "
+			   "come back", job->name, (unsigned long long)step, (long long)missing);
 		return NULL;
 	}
 	if (st->votes[c->rank].durable || st->saving[c->rank]) {
@@ -1017,6 +1028,7 @@ out:
 			close(job->dirfd);
 		free(job->committed);
 		free(job->restore_pins);
+		free(job->left);
 		free(job);
 	}
 	if (d->listen_fd >= 0) {

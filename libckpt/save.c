@@ -80,8 +80,11 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 			reconnected = true;
 		}
 		/* Take in the news first: STATUS messages free slots. */
-		if (ctx_drain(ctx) == 0)
+		r = ctx_drain(ctx);
+		if (r == 0)
 			break;
+		if (ctx->fd >= 0)
+			goto out; /* an error that left the connection up */
 	}
 
 	slot = ctx_find_free_slot(ctx);

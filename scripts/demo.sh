@@ -10,13 +10,12 @@
 #
 # Environment:
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
-#   CKPT_DEMO_DIR=DIR     work here (default: a new directory under $TMPDIR or /tmp)
+#   CKPT_DEMO_DIR=DIR     work in a new directory under DIR (default: $TMPDIR or /tmp)
 #   CKPT_DEMO_KEEP=1      keep the work directory afterwards
 #   CKPT_BUILD_DIR=DIR    build directory (default: build)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-repo=$(pwd)
 build=${CKPT_BUILD_DIR:-build}
 ranks=4
 job=demo
@@ -35,21 +34,18 @@ if [ ! -f "$build/meson-private/coredata.dat" ]; then
 	meson setup "$build" >/dev/null
 fi
 ninja -C "$build" >/dev/null
-ckptd=$repo/$build/ckptd/ckptd
-inspect=$repo/$build/tools/ckpt-inspect
-rank_bin=$repo/$build/tests/integration/ckpt-test-rank
+bdir=$(cd "$build" && pwd)
+ckptd=$bdir/ckptd/ckptd
+inspect=$bdir/tools/ckpt-inspect
+rank_bin=$bdir/tests/integration/ckpt-test-rank
 for b in "$ckptd" "$inspect" "$rank_bin"; do
 	[ -x "$b" ] || { echo "demo: $b was not built" >&2; exit 1; }
 done
 note "ckptd, ckpt-inspect and the rank program are built"
 
 # ---- 2. a checkpoint root and a daemon ---------------------------------------
-if [ -n "${CKPT_DEMO_DIR:-}" ]; then
-	work=$CKPT_DEMO_DIR
-	mkdir -p "$work"
-else
-	work=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-demo.XXXXXX")
-fi
+mkdir -p "${CKPT_DEMO_DIR:-${TMPDIR:-/tmp}}"
+work=$(mktemp -d "${CKPT_DEMO_DIR:-${TMPDIR:-/tmp}}/ckpt-demo.XXXXXX")
 root=$work/root
 sock=$work/ckptd.sock
 mkdir -p "$root"
@@ -103,7 +99,8 @@ common=(--socket "$sock" --job "$job" --world "$ranks" --seed 7
 # The job's newest committed step, from its LATEST pointer (0: none yet).
 latest() {
 	local v
-	v=$(tr -dc '0-9' <"$root/$job/LATEST" 2>/dev/null || true)
+	v=
+	[ -f "$root/$job/LATEST" ] && v=$(tr -dc '0-9' <"$root/$job/LATEST")
 	echo $((10#${v:-0}))
 }
 
@@ -126,7 +123,8 @@ while [ "$(latest)" -lt 50 ]; do
 	[ $SECONDS -lt $deadline ] || { echo "demo: no step 50 within 120 s" >&2; exit 1; }
 	sleep 0.1
 done
-note "committed so far: up to step $(latest)"
+note "committed so far: up to step $(latest); rank 0 says:"
+grep -h 'committed' "$work/rank-0.log" | tail -n 3 | sed 's/^/      /'
 
 say "CRASH: kill -9 every rank in the middle of training"
 kill -9 "${rank_pids[@]}"
@@ -137,7 +135,7 @@ sleep 1
 crashed_at=$(latest)
 note "ranks are gone; ckptd kept running; newest committed step: $crashed_at"
 
-say "What survived: ckpt-inspect $root"
+say "What survived (ckptd keeps the newest 3 steps; a step without a manifest does not exist): ckpt-inspect $root"
 "$inspect" "$root"
 say "ckpt-inspect $root/$job"
 "$inspect" "$root/$job"

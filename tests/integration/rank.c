@@ -63,6 +63,8 @@ struct opts {
 	uint64_t die_step;         /* CKPT_STEP_LATEST: never */
 	bool die_after_finish;     /* else die halfway through the copy */
 	uint32_t connect_timeout_ms;
+	uint64_t gate_step;        /* --gate STEP:PATH */
+	const char *gate_file;
 };
 
 static struct opts o;
@@ -463,15 +465,6 @@ static void print_outcome(uint64_t step, const ckpt_status *st, double stall)
 		    st->reason[0] ? ": " : "", st->reason);
 }
 
-static void drain_events(ckpt_ctx *ctx)
-{
-	ckpt_status st;
-
-	while (ckpt_next_event(ctx, &st) == 1)
-		if (st.state != CKPT_STATE_PENDING && st.state != CKPT_STATE_DURABLE)
-			print_outcome(st.step, &st, 0);
-}
-
 static int wait_outcome(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
 {
 	int r = ckpt_wait(ctx, step, o.timeout_ms, st);
@@ -496,11 +489,55 @@ static bool stop_requested(void)
 	return o.stop_file && access(o.stop_file, F_OK) == 0;
 }
 
-static int run_saves(ckpt_ctx *ctx)
+static ckpt_options conn_opts;
+
+/* Block before step `step` until the gate file exists (--gate STEP:PATH). */
+static int pass_gate(uint64_t step)
+{
+	double deadline = now_ms() + o.timeout_ms;
+
+	if (!o.gate_file || step != o.gate_step)
+		return 0;
+	while (access(o.gate_file, F_OK) != 0) {
+		if (now_ms() > deadline) {
+			say("step %" PRIu64 " gate %s did not open within %d ms", step, o.gate_file,
+			    o.timeout_ms);
+			return -ETIMEDOUT;
+		}
+		sleep_ms(20);
+	}
+	return 0;
+}
+
+/*
+ * --reconnect-loop: a step lost to a ckptd crash is saved again on a fresh
+ * connection (libckpt keeps a context's step order across its own
+ * reconnects, so the same step needs a new context). A step that another
+ * rank already got committed comes back -CKPT_E_EXISTS: that is success.
+ */
+static int reconnect(ckpt_ctx **ctx, double deadline)
+{
+	int r;
+
+	ckpt_close(*ctx);
+	*ctx = NULL;
+	for (;;) {
+		r = ckpt_connect(&conn_opts, ctx);
+		if (r == 0)
+			return 0;
+		if (now_ms() > deadline || !retryable(r)) {
+			say("reconnect: %s (%d)", ckpt_strerror(r), r);
+			return r;
+		}
+		sleep_ms(50);
+	}
+}
+
+static int run_saves(ckpt_ctx **ctxp)
 {
 	uint64_t *accepted = calloc(o.nsteps ? o.nsteps : 1, sizeof(uint64_t));
 	double *stalls = calloc(o.nsteps ? o.nsteps : 1, sizeof(double));
-	size_t naccepted = 0, committed = 0;
+	size_t naccepted = 0, committed = 0, retries = 0;
 	int bad = 0;
 
 	if (!accepted || !stalls)
@@ -510,6 +547,7 @@ static int run_saves(ckpt_ctx *ctx)
 		double retry_deadline = now_ms() + o.timeout_ms;
 		ckpt_save *sv = NULL;
 		double t0, stall;
+		ckpt_status st;
 		int r;
 
 		if (o.nsteps == 0 && si >= MAX_STEPS)
@@ -518,11 +556,25 @@ static int run_saves(ckpt_ctx *ctx)
 			break;
 		if (si && o.sleep_between_ms)
 			sleep_ms(o.sleep_between_ms);
-		if (o.reconnect_loop)
-			drain_events(ctx);
+		if (pass_gate(step) < 0) {
+			bad = 1;
+			break;
+		}
 again:
+		if (o.reconnect_loop && retries && now_ms() > retry_deadline) {
+			say("step %" PRIu64 " could not be saved within %d ms", step, o.timeout_ms);
+			bad = 1;
+			break;
+		}
+		if (o.reconnect_loop && !*ctxp) {
+			if (reconnect(ctxp, retry_deadline) < 0) {
+				bad = 1;
+				break;
+			}
+			say("reconnected");
+		}
 		t0 = now_ms();
-		r = ckpt_save_begin(ctx, step, &sv);
+		r = ckpt_save_begin(*ctxp, step, &sv);
 		if (r == -CKPT_E_SKIPPED) {
 			say("step %" PRIu64 " skipped at begin (no free slot)", step);
 			if (!o.reconnect_loop && o.nsteps)
@@ -532,12 +584,9 @@ again:
 		if (r < 0 && o.reconnect_loop && retryable(r)) {
 			if (stop_requested())
 				break;
-			if (now_ms() > retry_deadline) {
-				say("step %" PRIu64 " ckpt_save_begin still failing after %d ms: %s",
-				    step, o.timeout_ms, ckpt_strerror(r));
-				bad = 1;
-				break;
-			}
+			retries++;
+			ckpt_close(*ctxp);
+			*ctxp = NULL;
 			sleep_ms(50);
 			goto again;
 		}
@@ -546,10 +595,29 @@ again:
 			bad = 1;
 			break;
 		}
-		r = save_one(ctx, sv, step);
+		r = save_one(*ctxp, sv, step);
 		if (r < 0) {
 			if (o.reconnect_loop && retryable(r)) {
-				say("step %" PRIu64 " lost to disconnect at finish: %s", step, ckpt_strerror(r));
+				say("step %" PRIu64 " lost to a disconnect at finish (%s): saving it again",
+				    step, ckpt_strerror(r));
+				retries++;
+				ckpt_close(*ctxp);
+				*ctxp = NULL;
+				goto again;
+			}
+			if (o.reconnect_loop && r == -CKPT_E_EXISTS) {
+				say("step %" PRIu64 " committed (by the other ranks' first attempt)", step);
+				committed++;
+				continue;
+			}
+			if (o.reconnect_loop && r == -CKPT_E_ABORTED) {
+				say("step %" PRIu64 " FAILED at finish: %s", step, ckpt_strerror(r));
+				continue;
+			}
+			/* A step already abandoned by the job (another rank died)
+			 * may be refused at once: that is its outcome. */
+			if (in_list(o.expect_fail, o.nexpect_fail, step)) {
+				say("step %" PRIu64 " FAILED at finish: %s", step, ckpt_strerror(r));
 				continue;
 			}
 			say("step %" PRIu64 " ckpt_save_finish: %s (%d)", step, ckpt_strerror(r), r);
@@ -558,34 +626,42 @@ again:
 		}
 		/* The stall the trainer sees: begin, copy, finish. */
 		stall = now_ms() - t0;
-		stalls[naccepted < o.nsteps ? naccepted : 0] = stall;
 		if (step == o.die_step && o.die_after_finish) {
 			say("step %" PRIu64 " accepted; dying now (SIGKILL)", step);
 			raise(SIGKILL);
 		}
-		if (o.wait) {
-			ckpt_status st;
-
-			if (wait_outcome(ctx, step, &st) < 0) {
-				if (!o.reconnect_loop)
-					bad = 1;
-				continue;
+		if (!o.wait && !o.reconnect_loop) {
+			if (naccepted < o.nsteps) {
+				stalls[naccepted] = stall;
+				accepted[naccepted++] = step;
 			}
-			print_outcome(step, &st, stall);
-			if (!outcome_ok(step, &st))
-				bad = 1;
-			if (st.state == CKPT_STATE_COMMITTED)
-				committed++;
-		} else if (!o.reconnect_loop && o.nsteps) {
-			accepted[naccepted++] = step;
 			say("step %" PRIu64 " accepted (stall %.1f ms)", step, stall);
+			continue;
 		}
+		if (wait_outcome(*ctxp, step, &st) < 0) {
+			bad = 1;
+			if (o.reconnect_loop)
+				break;
+			continue;
+		}
+		print_outcome(step, &st, stall);
+		if (o.reconnect_loop && st.state == CKPT_STATE_FAILED &&
+		    st.error == -CKPT_E_DISCONNECTED) {
+			retries++;
+			ckpt_close(*ctxp);
+			*ctxp = NULL;
+			goto again;
+		}
+		if (!outcome_ok(step, &st))
+			bad = 1;
+		if (st.state == CKPT_STATE_COMMITTED)
+			committed++;
 	}
 	/* Without --wait, collect every outcome now: nothing may be lost. */
 	for (size_t i = 0; i < naccepted; i++) {
 		ckpt_status st;
 
-		if (wait_outcome(ctx, accepted[i], &st) < 0) {
+		if (wait_outcome(*ctxp, accepted[i], &st) < 0) {
 			bad = 1;
 			continue;
 		}
@@ -595,9 +671,8 @@ again:
 		if (st.state == CKPT_STATE_COMMITTED)
 			committed++;
 	}
-	if (o.reconnect_loop)
-		drain_events(ctx);
-	say("done: %zu committed%s", committed, bad ? ", with errors" : "");
+	say("done: %zu committed, %zu retries after disconnects%s", committed, retries,
+	    bad ? ", with errors" : "");
 	free(accepted);
 	free(stalls);
 	return bad;
@@ -818,7 +893,8 @@ static void usage(FILE *f)
 		"  --accept-aborted       a FAILED(-CKPT_E_ABORTED) outcome is fine\n"
 		"  --expect-fail 20,30    these steps must end FAILED\n"
 		"  --die-in-step S --die-when copy|finish   SIGKILL self during step S\n"
-		"  --connect-timeout-ms MS\n");
+		"  --connect-timeout-ms MS\n"
+		"  --gate STEP:PATH       before saving STEP, wait until PATH exists\n");
 }
 
 enum {
@@ -826,7 +902,7 @@ enum {
 	OPT_EVERY, OPT_COUNT, OPT_TENSORS, OPT_MIN, OPT_MAX, OPT_BLOB, OPT_WAIT, OPT_TIMEOUT,
 	OPT_RESTORE, OPT_EXPECT_STEP, OPT_EXPECT_FALLBACK, OPT_SLEEP, OPT_RECONNECT,
 	OPT_STOP_FILE, OPT_ACCEPT_SKIPPED, OPT_ACCEPT_ABORTED, OPT_EXPECT_FAIL, OPT_DIE_STEP,
-	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP,
+	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE,
 };
 
 static const struct option long_opts[] = {
@@ -858,6 +934,7 @@ static const struct option long_opts[] = {
 	{ "die-when", required_argument, NULL, OPT_DIE_WHEN },
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "gate", required_argument, NULL, OPT_GATE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -912,6 +989,17 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case OPT_HELP: usage(stdout); return 0;
+		case OPT_GATE: {
+			char *colon = strchr(a, ':');
+
+			if (!colon || colon == a || !colon[1])
+				goto bad;
+			*colon = '\0';
+			if (parse_u64(a, &o.gate_step) < 0)
+				goto bad;
+			o.gate_file = colon + 1;
+			break;
+		}
 		case '?': usage(stderr); return 2;
 		default:
 			if (parse_u64(a, &v) < 0)
@@ -964,6 +1052,7 @@ bad:
 	co.local_rank = o.rank;
 	co.max_save_bytes = save_bytes();
 	co.connect_timeout_ms = o.connect_timeout_ms;
+	conn_opts = co;
 	r = ckpt_connect(&co, &ctx);
 	if (r < 0) {
 		say("ckpt_connect(%s, job %s): %s (%d)", o.socket, o.job, ckpt_strerror(r), r);
@@ -981,7 +1070,7 @@ bad:
 	if (o.restore)
 		ret = run_restore(ctx);
 	else
-		ret = run_saves(ctx);
+		ret = run_saves(&ctx);
 	ckpt_close(ctx);
 	return ret ? 1 : 0;
 }

@@ -130,6 +130,9 @@ struct daemon {
 	uint8_t *fixed_used;       /* FIXED_BUFFERS entries */
 	unsigned ring_inflight;
 	int root_fd;
+	int trash_fd;              /* <root>/.trash: removed trees wait here */
+	uint64_t trash_seq;
+	bool trash_running, trash_again;
 	struct workers *workers;
 	struct client *clients;
 	unsigned n_clients;
@@ -167,6 +170,8 @@ void writer_pump(struct daemon *d);
 
 /* coord.c */
 int coord_recover(struct daemon *d);
+/* Delete what waits in the trash, in a worker. */
+void coord_trash_empty(struct daemon *d);
 struct job *job_get(struct daemon *d, const char *name, bool create);
 bool job_is_committed(const struct job *job, uint64_t step);
 uint64_t job_latest(const struct job *job);

@@ -9,6 +9,7 @@
  * multi-node peer link can cast remote ranks' votes through the same call.
  * Recovery at start-up removes every step directory without a manifest.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -92,6 +93,88 @@ struct removal {
 	int result;
 };
 
+/*
+ * Move job/name into <root>/.trash with one rename: it is gone from the job
+ * at once (deleting big files takes a while), and whatever a crash leaves in
+ * the trash is deleted at the next start. Falls back to deleting in place.
+ */
+static int trash_move(struct daemon *d, struct job *job, int jobfd, const char *name)
+{
+	char tname[CKPT_JOB_NAME_MAX + 96];
+
+	if (d->trash_fd >= 0) {
+		snprintf(tname, sizeof(tname), "%s.%s.%lld.%llu", job ? job->name : "job", name,
+			 (long long)now_ns(), (unsigned long long)__atomic_add_fetch(&d->trash_seq, 1, __ATOMIC_RELAXED));
+		if (renameat(jobfd, name, d->trash_fd, tname) == 0)
+			return 0;
+		if (errno == ENOENT)
+			return 0;
+	}
+	return store_remove_tree(jobfd, name);
+}
+
+static void trash_run(void *arg)
+{
+	struct daemon *d = arg;
+	char **names = NULL;
+	size_t n = 0;
+	int fd = dup(d->trash_fd);
+
+	if (fd < 0)
+		return;
+	DIR *dir = fdopendir(fd);
+	if (!dir) {
+		close(fd);
+		return;
+	}
+	for (struct dirent *de; (de = readdir(dir));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char **nn = realloc(names, (n + 1) * sizeof(*names));
+		if (!nn)
+			break;
+		names = nn;
+		names[n] = strdup(de->d_name);
+		if (names[n])
+			n++;
+	}
+	closedir(dir);
+	for (size_t i = 0; i < n; i++) {
+		int r = store_remove_tree(d->trash_fd, names[i]);
+		if (r < 0)
+			log_warn("retention", "cannot delete .trash/%s: %s", names[i], strerror(-r));
+		free(names[i]);
+	}
+	free(names);
+}
+
+static void trash_done(void *arg)
+{
+	struct daemon *d = arg;
+
+	d->busy--;
+	d->trash_running = false;
+	if (d->trash_again)
+		coord_trash_empty(d);
+}
+
+void coord_trash_empty(struct daemon *d)
+{
+	if (d->trash_fd < 0)
+		return;
+	if (d->trash_running) {
+		d->trash_again = true;
+		return;
+	}
+	d->trash_again = false;
+	d->trash_running = true;
+	d->busy++;
+	if (workers_submit(d->workers, trash_run, trash_done, d) < 0) {
+		d->trash_running = false;
+		d->busy--;
+	}
+}
+
 static void removal_run(void *arg)
 {
 	struct removal *rm = arg;
@@ -109,7 +192,7 @@ static void removal_run(void *arg)
 			close(fd);
 		}
 	}
-	rm->result = store_remove_tree(rm->job->dirfd, name);
+	rm->result = trash_move(rm->job->d, rm->job, rm->job->dirfd, name);
 	if (rm->result == -ENOENT)
 		rm->result = 0;
 	store_fsync_dir(rm->job->dirfd);
@@ -134,6 +217,7 @@ static void removal_done(void *arg)
 		rm->job->retention_running--;
 	d->busy--;
 	free(rm);
+	coord_trash_empty(d);
 }
 
 static void removal_start(struct job *job, struct step *st, uint64_t step, bool committed)
@@ -636,7 +720,7 @@ static int recover_job(struct daemon *d, const char *name)
 			continue;
 		log_warn("recovery", "removing uncommitted step job=%s step=%llu", name,
 			 (unsigned long long)steps[i]);
-		r = store_remove_tree(fd, dn);
+		r = trash_move(d, NULL, fd, dn);
 		if (r < 0)
 			log_error("recovery", "cannot remove %s/%s: %s", name, dn, strerror(-r));
 	}
@@ -668,7 +752,13 @@ int coord_recover(struct daemon *d)
 {
 	char **jobs = NULL;
 	size_t n = 0;
-	int r = store_list_jobs(d->root_fd, &jobs, &n);
+	int r;
+
+	if (mkdirat(d->root_fd, ".trash", 0700) < 0 && errno != EEXIST)
+		log_warn("recovery", "cannot create %s/.trash, deleting in place: %s", d->cfg->root,
+			 strerror(errno));
+	d->trash_fd = openat(d->root_fd, ".trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	r = store_list_jobs(d->root_fd, &jobs, &n);
 
 	if (r < 0)
 		return r;

@@ -886,7 +886,7 @@ int server_run(struct ckptd_config *cfg)
 
 	memset(d, 0, sizeof(*d));
 	d->cfg = cfg;
-	d->epfd = d->listen_fd = d->signal_fd = d->ring_efd = d->root_fd = -1;
+	d->epfd = d->listen_fd = d->signal_fd = d->ring_efd = d->root_fd = d->trash_fd = -1;
 	d->direct_io = -1;
 	probe_mlock(d);
 	/* Blocked before any thread starts, so that every thread inherits the
@@ -949,6 +949,7 @@ int server_run(struct ckptd_config *cfg)
 	    (r = epoll_add(d, workers_fd(d->workers), TAG_WORKERS)) < 0)
 		goto out;
 
+	coord_trash_empty(d);
 	log_info("server", "ready socket=%s root=%s staging_bytes=%llu slots_per_rank=%u "
 		 "queue_depth=%u request_size=%llu chunk_size=%llu workers=%u",
 		 cfg->socket_path, cfg->root, (unsigned long long)cfg->staging_bytes,
@@ -1043,5 +1044,7 @@ out:
 		close(d->epfd);
 	if (d->root_fd >= 0)
 		close(d->root_fd);
+	if (d->trash_fd >= 0)
+		close(d->trash_fd);
 	return r;
 }

@@ -734,14 +734,20 @@ struct result {
 	double restore_bw, fio_bw; /* bytes/s, -1 if not measured */
 };
 
+/*
+ * The compared measurements are interleaved, repetition by repetition, so
+ * that a slow spell of the disk or the host hits both sides alike.
+ */
 static void run_size(const struct options *o, unsigned idx, const char *sock,
 		     const char *root, const char *write_dir, struct result *res)
 {
-	double a[MAX_REPS], b[MAX_REPS], t1, t2;
-	char job[64], sz[32];
+	double mc[MAX_REPS], wr[MAX_REPS], stall[MAX_REPS], commit[MAX_REPS];
+	double rs[MAX_REPS], fio[MAX_REPS];
+	char job[64], sz[32], out[PATH_MAX];
 	char shards[MAX_RANKS][PATH_MAX];
 	uint64_t step = 0, shard_total = 0;
 	uint64_t bytes = o->sizes[idx];
+	bool fio_ok = root && o->fio[0];
 
 	snprintf(job, sizeof(job), "bench-%d-%u", (int)getpid(), idx);
 	memset(res, 0, sizeof(*res));
@@ -749,81 +755,69 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 	res->restore_bw = res->fio_bw = -1;
 	fprintf(stderr, "ckpt-bench: %u ranks x %s\n", o->ranks, fmt_size(bytes, sz, sizeof(sz)));
 	start_ranks(o, bytes, sock, job, write_dir);
+	all_ranks(OP_CONNECT, 0, NULL, NULL);
 
 	for (unsigned r = 0; r < o->reps; r++) {
+		/* The copy target is faulted afresh (untimed) and freed again
+		 * to keep the footprint at source + staging. */
 		all_ranks(OP_MEMCPY_PREP, 0, NULL, NULL);
-		all_ranks(OP_MEMCPY, 0, &a[r], NULL);
-		if (o->verbose)
-			fprintf(stderr, "  memcpy      rep %u: %.3f s\n", r, a[r]);
-	}
-	all_ranks(OP_MEMCPY_DONE, 0, NULL, NULL);
-	res->memcpy_s = median(a, o->reps);
+		all_ranks(OP_MEMCPY, 0, &mc[r], NULL);
+		all_ranks(OP_MEMCPY_DONE, 0, NULL, NULL);
 
-	for (unsigned r = 0; r < o->reps; r++) {
 		all_ranks(OP_WRITE_PREP, 0, NULL, NULL);
 		drop_caches(o);
-		all_ranks(OP_WRITE, 0, &a[r], NULL);
-		if (o->verbose)
-			fprintf(stderr, "  write+fsync rep %u: %.3f s\n", r, a[r]);
-	}
-	all_ranks(OP_WRITE_DONE, 0, NULL, NULL);
-	res->write_s = median(a, o->reps);
+		all_ranks(OP_WRITE, 0, &wr[r], NULL);
+		all_ranks(OP_WRITE_DONE, 0, NULL, NULL);
 
-	all_ranks(OP_CONNECT, 0, NULL, NULL);
-	for (unsigned r = 0; r < o->reps; r++) {
 		step = 100 * (r + 1);
 		drop_caches(o);
-		all_ranks(OP_SAVE, step, &t1, &t2);
-		a[r] = t1;
-		b[r] = t2;
+		all_ranks(OP_SAVE, step, &stall[r], &commit[r]);
 		if (o->verbose)
-			fprintf(stderr, "  ckpt        rep %u: stall %.3f s, committed %.3f s\n",
-				r, t1, t2);
+			fprintf(stderr, "  rep %u: memcpy %.3f s, write+fsync %.3f s, "
+				"ckpt stall %.3f s, committed %.3f s\n",
+				r, mc[r], wr[r], stall[r], commit[r]);
 	}
-	res->stall_s = median(a, o->reps);
-	res->commit_s = median(b, o->reps);
+	res->memcpy_s = median(mc, o->reps);
+	res->write_s = median(wr, o->reps);
+	res->stall_s = median(stall, o->reps);
+	res->commit_s = median(commit, o->reps);
 
 	for (uint32_t k = 0; k < o->ranks && root; k++) {
 		struct stat st;
 
 		pathf(shards[k], sizeof(shards[k]), "%s/%s/step-%010" PRIu64 "/rank-%06u.shard",
-			 root, job, step, k);
+		      root, job, step, k);
 		if (stat(shards[k], &st) < 0) {
-			fprintf(stderr, "ckpt-bench: %s: %s\n", shards[k], strerror(errno));
-			root = NULL;
+			fprintf(stderr, "ckpt-bench: %s: %s: no fio comparison\n", shards[k],
+				strerror(errno));
+			fio_ok = false;
+			shard_total = 0;
 			break;
 		}
 		shard_total += (uint64_t)st.st_size;
 	}
 	if (!shard_total)
 		shard_total = bytes * o->ranks;
+	pathf(out, sizeof(out), "%s/fio.json", write_dir);
 
 	for (unsigned r = 0; r < o->reps; r++) {
 		drop_caches(o);
-		all_ranks(OP_RESTORE, step, &a[r], NULL);
-		if (o->verbose)
-			fprintf(stderr, "  restore     rep %u: %.3f s\n", r, a[r]);
-	}
-	res->restore_s = median(a, o->reps);
-	res->restore_bw = res->restore_s > 0 ? (double)shard_total / res->restore_s : -1;
-	stop_ranks();
-
-	if (root && o->fio[0]) {
-		char out[PATH_MAX];
-		bool ok = true;
-
-		pathf(out, sizeof(out), "%s/fio.json", write_dir);
-		for (unsigned r = 0; r < o->reps && ok; r++) {
+		all_ranks(OP_RESTORE, step, &rs[r], NULL);
+		if (fio_ok) {
 			drop_caches(o);
-			a[r] = fio_read(o, shards, o->ranks, out);
-			ok = a[r] > 0;
-			if (o->verbose && ok)
-				fprintf(stderr, "  fio read    rep %u: %.2f GB/s\n", r, a[r] / 1e9);
+			fio[r] = fio_read(o, shards, o->ranks, out);
+			fio_ok = fio[r] > 0;
 		}
-		if (ok)
-			res->fio_bw = median(a, o->reps);
-		unlink(out);
+		if (o->verbose)
+			fprintf(stderr, "  rep %u: restore %.3f s (%.2f GB/s), fio %.2f GB/s\n", r,
+				rs[r], (double)shard_total / rs[r] / 1e9, fio_ok ? fio[r] / 1e9 : 0.0);
 	}
+	unlink(out);
+	res->restore_s = median(rs, o->reps);
+	res->restore_bw = res->restore_s > 0 ? (double)shard_total / res->restore_s : -1;
+	if (fio_ok)
+		res->fio_bw = median(fio, o->reps);
+	stop_ranks();
 }
 
 static const char *fs_name(const char *dir)
@@ -865,7 +859,7 @@ static void print_report(const struct options *o, const struct result *res,
 	       !o->drop_caches ? "not dropped" :
 	       caches_dropped_ok ? "dropped before each write, save, restore and read" :
 	       "NOT dropped (no permission)");
-	printf("\nTimes in seconds (slowest rank). Targets: stall <= 1.2x memcpy, "
+	printf("Times in seconds (slowest rank). Targets: stall <= 1.2x memcpy, "
 	       "committed <= 1.1x write+fsync, restore >= 0.9x fio.\n\n");
 	printf("| bytes per rank | memcpy | write+fsync | ckpt stall | ckpt committed "
 	       "| stall / memcpy | committed / write+fsync | restore | restore GB/s "

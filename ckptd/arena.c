@@ -19,6 +19,9 @@ uint64_t arena_slot_bytes(uint64_t max_save_bytes)
 
 	if (slack < (8u << 20))
 		slack = 8u << 20;
+	/* Anything near 2^64 is refused by the caller; do not wrap. */
+	if (max_save_bytes > (UINT64_MAX >> 2))
+		return 0;
 	uint64_t b = max_save_bytes + slack;
 	return (b + ARENA_ROUND - 1) / ARENA_ROUND * ARENA_ROUND;
 }
@@ -28,11 +31,12 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 {
 	struct daemon *d = c->d;
 	uint64_t slot_bytes = arena_slot_bytes(max_save_bytes);
-	uint64_t bytes = slot_bytes * slots;
+	uint64_t bytes = slot_bytes && slots && slot_bytes <= UINT64_MAX / slots ? slot_bytes * slots : 0;
 	char name[64];
 	int fd, r;
 
-	if (max_save_bytes == 0 || slot_bytes / slots > UINT64_MAX / slots) {
+	if (max_save_bytes == 0 || slot_bytes == 0 || slots == 0 ||
+	    slot_bytes > UINT64_MAX / slots) {
 		snprintf(err, errlen, "max_save_bytes %llu out of range",
 			 (unsigned long long)max_save_bytes);
 		return -EINVAL;

@@ -173,6 +173,8 @@ int coord_recover(struct daemon *d);
 /* Delete what waits in the trash, in a worker. */
 void coord_trash_empty(struct daemon *d);
 struct job *job_get(struct daemon *d, const char *name, bool create);
+/* Forget a job nobody uses (its fd, memory; its directory if empty). */
+void job_release(struct job *job);
 bool job_is_committed(const struct job *job, uint64_t step);
 uint64_t job_latest(const struct job *job);
 struct step *step_find(struct job *job, uint64_t step);

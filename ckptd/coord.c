@@ -216,8 +216,10 @@ static void removal_done(void *arg)
 	if (rm->committed)
 		rm->job->retention_running--;
 	d->busy--;
+	struct job *job = rm->job;
 	free(rm);
 	coord_trash_empty(d);
+	job_release(job);
 }
 
 static void removal_start(struct job *job, struct step *st, uint64_t step, bool committed)
@@ -312,6 +314,50 @@ struct job *job_get(struct daemon *d, const char *name, bool create)
 	job->next = d->jobs;
 	d->jobs = job;
 	return job;
+}
+
+static bool job_in_use(const struct job *job)
+{
+	if (job->clients || job->retention_running)
+		return true;
+	for (size_t i = 0; i < job->n_committed; i++)
+		if (job->restore_pins[i])
+			return true;
+	for (const struct step *st = job->steps; st; st = st->next)
+		if (st->state != STEP_FAILED || st->inflight || st->removing)
+			return true;
+	return false;
+}
+
+static void step_free(struct step *st);
+
+void job_release(struct job *job)
+{
+	struct daemon *d = job->d;
+
+	if (job_in_use(job) || d->stopping)
+		return;
+	/* No rank left: failed steps need no tombstones (the next ranks are
+	 * a new run), and the job's memory and fd go until a rank returns. */
+	while (job->steps) {
+		struct step *st = job->steps;
+		job->steps = st->next;
+		step_free(st);
+	}
+	/* A job that never committed anything leaves no empty directory. */
+	if (job->n_committed == 0 && unlinkat(d->root_fd, job->name, AT_REMOVEDIR) == 0)
+		store_fsync_dir(d->root_fd);
+	for (struct job **p = &d->jobs; *p; p = &(*p)->next) {
+		if (*p == job) {
+			*p = job->next;
+			break;
+		}
+	}
+	close(job->dirfd);
+	free(job->committed);
+	free(job->restore_pins);
+	free(job->left);
+	free(job);
 }
 
 /* ---- Steps ---------------------------------------------------------- */
@@ -650,6 +696,7 @@ static void commit_done(void *arg)
 	step_free(st);
 	free(cm);
 	retention_apply(job);
+	job_release(job);
 }
 
 void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)

@@ -315,9 +315,11 @@ static void restore_done(void *arg)
 		}
 		client_send(c, &m);
 	}
+	struct job *job = rs->job;
 	client_unref(c);
 	free(rs->cand);
 	free(rs);
+	job_release(job);
 }
 
 int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags,

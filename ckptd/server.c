@@ -198,6 +198,7 @@ static void client_kill(struct client *c, const char *why)
 			c->job->world_size = 0;
 		/* Connected ranks are counted before this: see coord_rank_gone. */
 		coord_rank_gone(c->job, c->rank, "disconnected");
+		job_release(c->job);
 	} else {
 		log_debug("server", "client gone client=%llu reason=\"%s\"",
 			  (unsigned long long)c->id, why);
@@ -334,12 +335,14 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 			   "job %s: rank %u says world size %u, connected ranks say %u",
 			   job->name, h->rank, h->world_size, job->world_size);
 		client_kill(c, "world size mismatch");
+		job_release(job);
 		return;
 	}
 	if (job_client_for_rank(job, h->rank)) {
 		send_error(c, m->seq, -CKPT_E_BUSY,
 			   "job %s: rank %u is already connected", job->name, h->rank);
 		client_kill(c, "duplicate rank");
+		job_release(job);
 		return;
 	}
 	c->job = job;
@@ -352,6 +355,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
 		send_error(c, m->seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
 		client_kill(c, "arena");
+		job_release(job);
 		return;
 	}
 	writer_register_arena(c);

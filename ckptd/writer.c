@@ -173,7 +173,22 @@ static void job_set_error(struct save_job *j, int err, const char *what)
 		 (unsigned long long)j->step, strerror(-err));
 }
 
-/* Worker: CRC-32C of every chunk of every extent (tensors, then the blob). */
+/* CRC-32C of each chunk of one extent into chunk_crc[*k...], and of the
+ * whole extent (combined from its chunks). */
+static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes, uint64_t *k)
+{
+	uint32_t whole = 0;
+
+	for (uint64_t off = 0; off < nbytes; off += j->chunk_bytes) {
+		uint64_t n = nbytes - off < j->chunk_bytes ? nbytes - off : j->chunk_bytes;
+		uint32_t crc = ckpt_crc32c(0, j->base + offset + off, n);
+		j->chunk_crc[(*k)++] = crc;
+		whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
+	}
+	return whole;
+}
+
+/* Worker: checksum every extent (tensors, then the blob) chunk by chunk. */
 static void csum_run(void *arg)
 {
 	struct save_job *j = arg;
@@ -181,24 +196,9 @@ static void csum_run(void *arg)
 
 	for (uint32_t i = 0; i < j->table.count; i++) {
 		struct ckpt_tensor *t = &j->table.tensors[i];
-		uint32_t whole = 0;
-
-		for (uint64_t off = 0; off < t->nbytes; off += j->chunk_bytes) {
-			uint64_t n = t->nbytes - off < j->chunk_bytes ? t->nbytes - off : j->chunk_bytes;
-			uint32_t crc = ckpt_crc32c(0, j->base + t->data_offset + off, n);
-			j->chunk_crc[k++] = crc;
-			whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
-		}
-		t->crc32c = whole;
+		t->crc32c = extent_crc(j, t->data_offset, t->nbytes, &k);
 	}
-	uint32_t whole = 0;
-	for (uint64_t off = 0; off < j->blob_bytes; off += j->chunk_bytes) {
-		uint64_t n = j->blob_bytes - off < j->chunk_bytes ? j->blob_bytes - off : j->chunk_bytes;
-		uint32_t crc = ckpt_crc32c(0, j->base + j->blob_offset + off, n);
-		j->chunk_crc[k++] = crc;
-		whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
-	}
-	j->blob_crc = whole;
+	j->blob_crc = extent_crc(j, j->blob_offset, j->blob_bytes, &k);
 }
 
 static void job_advance(struct save_job *j);

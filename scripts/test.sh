@@ -7,6 +7,8 @@
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
 #   CKPT_TEST_ARGS="..."  extra arguments for `meson test` (e.g. "--suite unit")
 #   CKPT_JOBS=N           parallel build and test jobs (default: nproc)
+#   CKPT_ASAN_CC=cc       compiler of build-asan/ (default: clang if installed;
+#                         empty: meson's default). Applies when it is first set up.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -19,25 +21,28 @@ jobs=${CKPT_JOBS:-$(nproc)}
 read -r -a extra <<<"${CKPT_TEST_ARGS:-}"
 status=0
 
-# setup DIR [meson options...]: configure DIR once, reapply options after.
+# setup DIR CC [meson options...]: configure DIR once (with compiler CC,
+# or meson's default if empty), reapply the options on later runs.
 setup() {
-	local dir=$1
-	shift
+	local dir=$1 compiler=$2
+	shift 2
 	if [ -f "$dir/meson-private/coredata.dat" ]; then
 		meson configure "$dir" "$@" >/dev/null
+	elif [ -n "$compiler" ]; then
+		CC=$compiler meson setup "$dir" "$@"
 	else
 		meson setup "$dir" "$@"
 	fi
 }
 
-# run_suite DIR TIMEOUT_MULTIPLIER [meson options...]
+# run_suite DIR CC TIMEOUT_MULTIPLIER [meson options...]
 run_suite() {
-	local dir=$1 mult=$2
-	shift 2
+	local dir=$1 compiler=$2 mult=$3
+	shift 3
 	echo "==> $dir: configure and build"
 	# A stale log would be read as this run's results by .ci/run.
 	rm -f "$dir/meson-logs/testlog.json"
-	if ! setup "$dir" "$@" || ! ninja -C "$dir" -j "$jobs"; then
+	if ! setup "$dir" "$compiler" "$@" || ! ninja -C "$dir" -j "$jobs"; then
 		echo "==> $dir: BUILD FAILED" >&2
 		status=1
 		return
@@ -49,9 +54,16 @@ run_suite() {
 	fi
 }
 
-run_suite build 1
+# The sanitizer build uses clang where it is installed: a second compiler's
+# warnings, and it builds the libFuzzer binaries too.
+asan_cc=${CKPT_ASAN_CC-}
+if [ -z "${CKPT_ASAN_CC+set}" ] && command -v clang >/dev/null; then
+	asan_cc=clang
+fi
+
+run_suite build "" 1
 # The sanitizers slow everything down 2-5x; give the tests room.
-run_suite build-asan 4 -Db_sanitize=address,undefined -Db_lundef=false
+run_suite build-asan "$asan_cc" 4 -Db_sanitize=address,undefined -Db_lundef=false
 
 if [ $status -eq 0 ]; then
 	echo "==> all tests passed (build/ and build-asan/)"

@@ -12,6 +12,10 @@ JOB=$ROOT/good
 OPTS=(--socket "$(sock d)" --job good --seed 17 --tensors 5 --min-bytes 4K --max-bytes 4M)
 ckptd_start d "$ROOT" --keep-last 0
 run_ranks 2 first "${OPTS[@]}" --steps 10,20 --wait
+sleep 0.5
+# Connection resources only (sockets, arenas); job directory fds are state.
+conn_fds() { ls -l /proc/"${CKPTD_PID[d]}"/fd | grep -Ec 'socket:|memfd:'; }
+fds_before=$(conn_fds)
 
 rank_start good-0 "${OPTS[@]}" --rank 0 --world 2 --first 30 --every 10 --count 40 --sleep-between-ms 50 --wait
 p0=$LAST_PID
@@ -24,6 +28,11 @@ ckptd_alive d || fail "ckptd died under hostile input"
 rank_wait $p0 good-0
 rank_wait $p1 good-1
 cat "$T/raw-client.log"
+# Every refused connection, and every fd passed on one, must be closed.
+sleep 0.5
+fds_after=$(conn_fds)
+[ "$fds_after" -le "$fds_before" ] ||
+	fail "ckptd holds $fds_after socket/memfd fds after the hostile clients left, $fds_before before (fd leak)"
 [ "$rc" -eq 0 ] || fail "ckpt-raw-client: some bad input was not refused (exit $rc)"
 
 expect_committed "$JOB" "$(seq -s ' ' 10 10 420)"
@@ -43,6 +52,10 @@ for f in "$ROOT"/*; do
 	good|raw-*) ;;
 	*) fail "unexpected entry in the root: '${f##*/}'" ;;
 	esac
+done
+# A refused HELLO leaves no trace of its job.
+for f in "$ROOT"/raw-*-huge "$ROOT"/raw-*-wrap; do
+	[ -e "$f" ] && fail "a HELLO refused for its size created job directory ${f##*/}"
 done
 [ -z "$(find "$ROOT" -name 'passwd' -o -name '..*' -o -name '*[[:cntrl:]]*')" ] ||
 	fail "hostile names reached the file system: $(find "$ROOT" -name 'passwd' -o -name '..*' -o -name '*[[:cntrl:]]*')"

@@ -71,7 +71,10 @@ touch "$T/stop"
 for r in $(seq 0 $((WORLD - 1))); do
 	rank_wait "${pids[$r]}" loop-$r
 done
+# Retention runs while ckptd does: verify with it stopped, then restore.
+ckptd_stop d
 verify_all "$JOB" >/dev/null
+ckptd_start d "$ROOT" "${DOPTS[@]}"
 run_ranks $WORLD restore "${OPTS[@]}" --restore latest --expect-step "$(newest)"
 ckptd_stop d
 log "pass"

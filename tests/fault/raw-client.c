@@ -909,6 +909,32 @@ static void case_huge_max_save(const char *cs)
 	send_first(cs, &w, -1);
 }
 
+/*
+ * max_save_bytes whose slot size (max + max/32, rounded up to 2 MiB) is
+ * 2^63 + 2 MiB: two such slots wrap a 64-bit product to 4 MiB. ckptd must
+ * refuse it, not map 4 MiB and then trust 2^63-byte slots. A SAVE of slot 1
+ * follows at once, to expose a daemon that accepted it.
+ */
+static void case_arena_size_wraps(const char *cs)
+{
+	struct buf w;
+	char job[64];
+	int fd = connect_sock();
+
+	if (fd < 0) {
+		note(cs, "FAIL: connect: %s", strerror(-fd));
+		fail_count++;
+		return;
+	}
+	snprintf(job, sizeof(job), "raw-%d-wrap", (int)getpid());
+	build_hello(&w, job, strlen(job), 0, 1, 8943875914527676809ull);
+	send_raw(fd, w.b, w.n, -1);
+	build_save(&w, 10, 1, 8192, 8192, 64);
+	send_raw(fd, w.b, w.n, -1);
+	expect_refused(cs, fd);
+	close(fd);
+}
+
 struct test_case {
 	const char *name;
 	void (*fn)(const char *);
@@ -940,6 +966,7 @@ static const struct test_case cases[] = {
 	{ "job-utf8", case_job_utf8 },
 	{ "rank-ge-world", case_rank_ge_world },
 	{ "hello-max-save-huge", case_huge_max_save },
+	{ "hello-arena-size-wraps", case_arena_size_wraps },
 	{ "hello-with-fd", case_hello_with_fd },
 	{ "list-with-fd", case_list_with_fd },
 	{ "save-slot-out-of-range", case_save_slot_range },

@@ -610,7 +610,7 @@ again:
 				committed++;
 				continue;
 			}
-			if (o.reconnect_loop && r == -CKPT_E_ABORTED) {
+			if ((o.reconnect_loop || o.accept_aborted) && r == -CKPT_E_ABORTED) {
 				say("step %" PRIu64 " FAILED at finish: %s", step, ckpt_strerror(r));
 				continue;
 			}

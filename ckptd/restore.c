@@ -50,80 +50,163 @@ static void append(char *buf, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
-static int read_shard(struct restore *rs, int stepfd, const char *name,
-		      uint64_t bytes, char *err, size_t errlen)
+/* A chunk of the shard, by position, for checking as soon as it is read. */
+struct chunk_ref {
+	uint64_t off, len;
+	uint64_t k;         /* index into the index's chunk_crc */
+	uint32_t extent;    /* tensor index, or table.count for the blob */
+};
+
+static int chunk_ref_cmp(const void *a, const void *b)
 {
+	const struct chunk_ref *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+static struct chunk_ref *chunk_refs(const struct ckpt_index *idx, uint64_t *count)
+{
+	struct chunk_ref *refs = calloc(idx->chunk_count ? idx->chunk_count : 1, sizeof(*refs));
+	uint64_t k = 0;
+
+	if (!refs)
+		return NULL;
+	for (uint32_t i = 0; i <= idx->table.count; i++) {
+		uint64_t base = i < idx->table.count ? idx->table.tensors[i].data_offset : idx->blob_offset;
+		uint64_t nbytes = i < idx->table.count ? idx->table.tensors[i].nbytes : idx->blob_bytes;
+		for (uint64_t off = 0; off < nbytes && k < idx->chunk_count; off += idx->chunk_bytes, k++) {
+			refs[k].off = base + off;
+			refs[k].len = nbytes - off < idx->chunk_bytes ? nbytes - off : idx->chunk_bytes;
+			refs[k].k = k;
+			refs[k].extent = i;
+		}
+	}
+	qsort(refs, k, sizeof(*refs), chunk_ref_cmp);
+	*count = k;
+	return refs;
+}
+
+/*
+ * Read the shard into the slot with io_uring (many reads in flight) and
+ * check each chunk's CRC-32C as soon as every byte before its end has
+ * arrived, so checking overlaps reading.
+ */
+static int read_and_verify(struct restore *rs, int stepfd, const char *name,
+			   const struct ckpt_index *idx, const char *where,
+			   char *err, size_t errlen)
+{
+	uint64_t bytes = idx->shard_bytes;
 	struct io_uring ring;
 	struct stat sb;
-	int fd = -1, r;
 	bool direct = rs->direct_mode != DIRECT_IO_OFF;
+	uint64_t nrefs = 0, next_ref = 0;
+	struct chunk_ref *refs = NULL;
+	uint8_t *piece_done = NULL;
+	int fd, r;
 
 	fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
 	if (fd < 0 && direct && errno == EINVAL && rs->direct_mode == DIRECT_IO_AUTO)
 		fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		r = -errno;
-		snprintf(err, errlen, "opening %s: %s", name, strerror(-r));
+		snprintf(err, errlen, "opening %s: %s", where, strerror(-r));
 		return r;
 	}
 	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != bytes) {
-		snprintf(err, errlen, "%s is %lld bytes, the index says %llu", name,
+		snprintf(err, errlen, "%s is %lld bytes, the index says %llu", where,
 			 (long long)sb.st_size, (unsigned long long)bytes);
 		close(fd);
 		return -CKPT_E_CORRUPT;
 	}
+	uint64_t req = rs->req_bytes, npieces = (bytes + req - 1) / req;
+	refs = chunk_refs(idx, &nrefs);
+	piece_done = calloc(npieces ? npieces : 1, 1);
+	if (!refs || !piece_done) {
+		free(refs);
+		free(piece_done);
+		close(fd);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
 	r = io_uring_queue_init(rs->qd, &ring, 0);
 	if (r < 0) {
-		snprintf(err, errlen, "io_uring for %s: %s", name, strerror(-r));
+		snprintf(err, errlen, "io_uring for %s: %s", where, strerror(-r));
+		free(refs);
+		free(piece_done);
 		close(fd);
 		return r;
 	}
-	uint64_t next = 0, done = 0;
+	uint64_t next_piece = 0, watermark_piece = 0;
 	unsigned inflight = 0;
 	r = 0;
-	while (done < bytes && r == 0) {
-		while (inflight < rs->qd && next < bytes) {
+	while (r == 0 && (watermark_piece < npieces || next_ref < nrefs)) {
+		while (inflight < rs->qd && next_piece < npieces) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
 			if (!sqe)
 				break;
-			uint64_t len = bytes - next < rs->req_bytes ? bytes - next : rs->req_bytes;
-			io_uring_prep_read(sqe, fd, rs->base + next, (unsigned)len, next);
-			/* user_data: offset and length, to resubmit short reads */
-			io_uring_sqe_set_data64(sqe, next << 24 | (len >> 12));
-			next += len;
+			uint64_t off = next_piece * req;
+			uint64_t len = bytes - off < req ? bytes - off : req;
+			io_uring_prep_read(sqe, fd, rs->base + off, (unsigned)len, off);
+			io_uring_sqe_set_data64(sqe, next_piece);
+			next_piece++;
 			inflight++;
 		}
-		io_uring_submit(&ring);
-		struct io_uring_cqe *cqe;
-		int w = io_uring_wait_cqe(&ring, &cqe);
-		if (w < 0) {
-			r = w;
-			snprintf(err, errlen, "reading %s: %s", name, strerror(-r));
-			break;
-		}
-		uint64_t ud = io_uring_cqe_get_data64(cqe);
-		uint64_t off = ud >> 24, len = (ud & 0xffffff) << 12;
-		int res = cqe->res;
-		io_uring_cqe_seen(&ring, cqe);
-		inflight--;
-		if (res < 0) {
-			r = res;
-			snprintf(err, errlen, "reading %s at %llu: %s", name,
-				 (unsigned long long)off, strerror(-r));
-		} else if ((uint64_t)res < len) {
-			/* Short read (not at EOF: the size was checked): finish it
-			 * synchronously. */
-			ssize_t n = pread(fd, rs->base + off + res, len - (uint64_t)res,
-					  (off_t)(off + (uint64_t)res));
-			if (n != (ssize_t)(len - (uint64_t)res)) {
-				r = n < 0 ? -errno : -CKPT_E_CORRUPT;
-				snprintf(err, errlen, "%s ends early at %llu", name,
-					 (unsigned long long)(off + (uint64_t)res));
-			} else {
-				done += len;
+		if (inflight) {
+			struct io_uring_cqe *cqe;
+			io_uring_submit(&ring);
+			int w = io_uring_wait_cqe(&ring, &cqe);
+			if (w < 0) {
+				r = w;
+				snprintf(err, errlen, "reading %s: %s", where, strerror(-r));
+				break;
 			}
-		} else {
-			done += len;
+			uint64_t piece = io_uring_cqe_get_data64(cqe);
+			uint64_t off = piece * req;
+			uint64_t len = bytes - off < req ? bytes - off : req;
+			int res = cqe->res;
+			io_uring_cqe_seen(&ring, cqe);
+			inflight--;
+			if (res < 0) {
+				r = res;
+				snprintf(err, errlen, "reading %s at %llu: %s", where,
+					 (unsigned long long)off, strerror(-r));
+				break;
+			}
+			if ((uint64_t)res < len) {
+				/* Short read inside a file of the right size: finish
+				 * it synchronously. */
+				ssize_t n = pread(fd, rs->base + off + res, len - (uint64_t)res,
+						  (off_t)(off + (uint64_t)res));
+				if (n != (ssize_t)(len - (uint64_t)res)) {
+					r = n < 0 ? -errno : -CKPT_E_CORRUPT;
+					snprintf(err, errlen, "%s ends early at %llu", where,
+						 (unsigned long long)(off + (uint64_t)res));
+					break;
+				}
+			}
+			piece_done[piece] = 1;
+			while (watermark_piece < npieces && piece_done[watermark_piece])
+				watermark_piece++;
+		}
+		uint64_t watermark = watermark_piece * req < bytes ? watermark_piece * req : bytes;
+		for (; next_ref < nrefs && refs[next_ref].off + refs[next_ref].len <= watermark; next_ref++) {
+			const struct chunk_ref *c = &refs[next_ref];
+			if (ckpt_crc32c(0, rs->base + c->off, c->len) != idx->chunk_crc[c->k]) {
+				snprintf(err, errlen,
+					 "%s: checksum mismatch in %s%s%s at shard offset %llu (chunk %llu)",
+					 where, c->extent < idx->table.count ? "tensor \"" : "",
+					 c->extent < idx->table.count ? idx->table.tensors[c->extent].name
+								      : "the user blob",
+					 c->extent < idx->table.count ? "\"" : "",
+					 (unsigned long long)c->off, (unsigned long long)c->k);
+				r = -CKPT_E_CORRUPT;
+				break;
+			}
+		}
+		if (r == 0 && !inflight && next_piece >= npieces && next_ref < nrefs) {
+			snprintf(err, errlen, "%s: chunk %llu lies beyond the shard", where,
+				 (unsigned long long)refs[next_ref].k);
+			r = -CKPT_E_CORRUPT;
 		}
 	}
 	/* Reap what is still in flight before the ring and buffer go away. */
@@ -135,41 +218,10 @@ static int read_shard(struct restore *rs, int stepfd, const char *name,
 		inflight--;
 	}
 	io_uring_queue_exit(&ring);
+	free(refs);
+	free(piece_done);
 	close(fd);
 	return r;
-}
-
-static int verify_chunks(struct restore *rs, const struct ckpt_index *idx,
-			 const char *where, char *err, size_t errlen)
-{
-	uint64_t k = 0;
-
-	for (uint32_t i = 0; i <= idx->table.count; i++) {
-		const char *what;
-		uint64_t base, nbytes;
-
-		if (i < idx->table.count) {
-			what = idx->table.tensors[i].name;
-			base = idx->table.tensors[i].data_offset;
-			nbytes = idx->table.tensors[i].nbytes;
-		} else {
-			what = "(user blob)";
-			base = idx->blob_offset;
-			nbytes = idx->blob_bytes;
-		}
-		for (uint64_t off = 0; off < nbytes; off += idx->chunk_bytes, k++) {
-			uint64_t n = nbytes - off < idx->chunk_bytes ? nbytes - off : idx->chunk_bytes;
-			uint32_t crc = ckpt_crc32c(0, rs->base + base + off, n);
-			if (k >= idx->chunk_count || crc != idx->chunk_crc[k]) {
-				snprintf(err, errlen,
-					 "%s: checksum mismatch in tensor \"%s\" at shard offset %llu "
-					 "(chunk %llu)", where, what,
-					 (unsigned long long)(base + off), (unsigned long long)k);
-				return -CKPT_E_CORRUPT;
-			}
-		}
-	}
-	return 0;
 }
 
 static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
@@ -223,16 +275,7 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 		r = -CKPT_E_TOO_BIG;
 		goto out;
 	}
-	r = read_shard(rs, stepfd, shard, idx.shard_bytes, err, errlen);
-	if (r < 0) {
-		if (r != -CKPT_E_CORRUPT) {
-			char tmp[CKPT_REASON_MAX + 1];
-			snprintf(tmp, sizeof(tmp), "%s/%s: %s", rs->job->name, dn, err);
-			snprintf(err, errlen, "%s", tmp);
-		}
-		goto out;
-	}
-	r = verify_chunks(rs, &idx, where, err, errlen);
+	r = read_and_verify(rs, stepfd, shard, &idx, where, err, errlen);
 	if (r < 0)
 		goto out;
 	ssize_t n = ckpt_table_encode(idx.table.tensors, idx.table.count, rs->base + toff,
@@ -364,9 +407,6 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	rs->slot_bytes = c->slot_bytes;
 	rs->qd = d->cfg->queue_depth < 8 ? d->cfg->queue_depth : 8;
 	rs->req_bytes = d->cfg->request_bytes;
-	/* The read path decodes offset and length from 64 bits. */
-	if (rs->req_bytes > (16u << 20))
-		rs->req_bytes = 16u << 20;
 	rs->direct_mode = d->cfg->direct_io;
 	c->slot_state[slot] = SLOT_RESTORING;
 	c->refs++;

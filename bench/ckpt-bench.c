@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/sysinfo.h>
 #include <sys/types.h>
 #include <sys/un.h>
@@ -47,6 +48,7 @@
 #define MIB ((uint64_t)1 << 20)
 #define GIB ((uint64_t)1 << 30)
 #define ALIGN ((uint64_t)4096)
+#define MAX_FIO_DEPTHS 4
 
 struct options {
 	const char *dir;        /* target directory (file system under test) */
@@ -54,6 +56,8 @@ struct options {
 	const char *root;       /* its root (for the fio comparison) */
 	const char *ckptd;      /* ckptd binary to start */
 	const char *fio;        /* fio binary, or "" to skip */
+	unsigned fio_depths[MAX_FIO_DEPTHS];
+	unsigned nfio_depths;
 	uint32_t ranks;
 	uint64_t sizes[MAX_SIZES];
 	unsigned nsizes;
@@ -210,6 +214,32 @@ static void *alloc_faulted(uint64_t bytes)
 	for (uint64_t off = 0; off < bytes; off += ALIGN)
 		((volatile char *)p)[off] = 1;
 	return p;
+}
+
+/*
+ * Bytes read so far from the block device holding `dir` (from
+ * /sys/dev/block/MAJ:MIN/stat), or -1 where that is unknown (tmpfs,
+ * overlay, network file systems). A sanity check that a restore really
+ * read from the device and not from some cache.
+ */
+static double device_read_bytes(const char *dir)
+{
+	char path[PATH_MAX];
+	unsigned long long ios, merges, sectors;
+	struct stat st;
+	FILE *f;
+	int n;
+
+	if (stat(dir, &st) < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/sys/dev/block/%u:%u/stat", major(st.st_dev),
+		 minor(st.st_dev));
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	n = fscanf(f, "%llu %llu %llu", &ios, &merges, &sectors);
+	fclose(f);
+	return n == 3 ? (double)sectors * 512.0 : -1;
 }
 
 static bool caches_dropped_ok = true;
@@ -679,8 +709,8 @@ static void start_ckptd(const struct options *o, const char *root, const char *s
  * O_DIRECT sequential read of the given files, all at once (one fio job
  * per file). Returns the aggregate bandwidth in bytes/s, or -1.
  */
-static double fio_read(const struct options *o, char files[][PATH_MAX], uint32_t n,
-		       const char *outpath)
+static double fio_read(const struct options *o, unsigned depth, char files[][PATH_MAX],
+		       uint32_t n, const char *outpath)
 {
 	char *cmd = NULL;
 	size_t cmdlen = 0;
@@ -694,8 +724,8 @@ static double fio_read(const struct options *o, char files[][PATH_MAX], uint32_t
 	if (!f)
 		return -1;
 	fprintf(f, "'%s' --output-format=json --output='%s' --readonly --rw=read"
-		" --direct=1 --bs=1M --iodepth=8 --ioengine=io_uring --group_reporting",
-		o->fio, outpath);
+		" --direct=1 --bs=1M --iodepth=%u --ioengine=io_uring --group_reporting",
+		o->fio, outpath, depth);
 	for (uint32_t k = 0; k < n; k++)
 		fprintf(f, " --name=rank%u --filename='%s'", k, files[k]);
 	fprintf(f, " >/dev/null 2>&1");
@@ -731,7 +761,8 @@ static double fio_read(const struct options *o, char files[][PATH_MAX], uint32_t
 struct result {
 	uint64_t bytes;
 	double memcpy_s, write_s, stall_s, commit_s, restore_s;
-	double restore_bw, fio_bw; /* bytes/s, -1 if not measured */
+	double restore_bw;                  /* bytes/s */
+	double fio_bw[MAX_FIO_DEPTHS];      /* bytes/s per depth, -1 if not measured */
 };
 
 /*
@@ -742,7 +773,7 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 		     const char *root, const char *write_dir, struct result *res)
 {
 	double mc[MAX_REPS], wr[MAX_REPS], stall[MAX_REPS], commit[MAX_REPS];
-	double rs[MAX_REPS], fio[MAX_REPS];
+	double rs[MAX_REPS], fio[MAX_FIO_DEPTHS][MAX_REPS];
 	char job[64], sz[32], out[PATH_MAX];
 	char shards[MAX_RANKS][PATH_MAX];
 	uint64_t step = 0, shard_total = 0;
@@ -752,7 +783,9 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 	snprintf(job, sizeof(job), "bench-%d-%u", (int)getpid(), idx);
 	memset(res, 0, sizeof(*res));
 	res->bytes = bytes;
-	res->restore_bw = res->fio_bw = -1;
+	res->restore_bw = -1;
+	for (unsigned d = 0; d < MAX_FIO_DEPTHS; d++)
+		res->fio_bw[d] = -1;
 	fprintf(stderr, "ckpt-bench: %u ranks x %s\n", o->ranks, fmt_size(bytes, sz, sizeof(sz)));
 	start_ranks(o, bytes, sock, job, write_dir);
 	all_ranks(OP_CONNECT, 0, NULL, NULL);
@@ -801,22 +834,35 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 	pathf(out, sizeof(out), "%s/fio.json", write_dir);
 
 	for (unsigned r = 0; r < o->reps; r++) {
+		double dev0;
+
 		drop_caches(o);
+		dev0 = device_read_bytes(write_dir);
 		all_ranks(OP_RESTORE, step, &rs[r], NULL);
-		if (fio_ok) {
+		if (dev0 >= 0)
+			dev0 = device_read_bytes(write_dir) - dev0;
+		if (o->drop_caches && dev0 >= 0 && dev0 < 0.9 * (double)shard_total)
+			fprintf(stderr, "ckpt-bench: warning: the restore read only %.0f MiB of %.0f "
+				"from the device\n", dev0 / (double)MIB, (double)shard_total / (double)MIB);
+		if (o->verbose)
+			fprintf(stderr, "  rep %u: restore %.3f s (%.2f GB/s, %.0f MiB from the device)",
+				r, rs[r], (double)shard_total / rs[r] / 1e9, dev0 / (double)MIB);
+		for (unsigned d = 0; fio_ok && d < o->nfio_depths; d++) {
 			drop_caches(o);
-			fio[r] = fio_read(o, shards, o->ranks, out);
-			fio_ok = fio[r] > 0;
+			fio[d][r] = fio_read(o, o->fio_depths[d], shards, o->ranks, out);
+			fio_ok = fio[d][r] > 0;
+			if (o->verbose && fio_ok)
+				fprintf(stderr, ", fio iodepth %u %.2f GB/s", o->fio_depths[d],
+					fio[d][r] / 1e9);
 		}
 		if (o->verbose)
-			fprintf(stderr, "  rep %u: restore %.3f s (%.2f GB/s), fio %.2f GB/s\n", r,
-				rs[r], (double)shard_total / rs[r] / 1e9, fio_ok ? fio[r] / 1e9 : 0.0);
+			fputc('\n', stderr);
 	}
 	unlink(out);
 	res->restore_s = median(rs, o->reps);
 	res->restore_bw = res->restore_s > 0 ? (double)shard_total / res->restore_s : -1;
-	if (fio_ok)
-		res->fio_bw = median(fio, o->reps);
+	for (unsigned d = 0; fio_ok && d < o->nfio_depths; d++)
+		res->fio_bw[d] = median(fio[d], o->reps);
 	stop_ranks();
 }
 
@@ -860,21 +906,34 @@ static void print_report(const struct options *o, const struct result *res,
 	       caches_dropped_ok ? "dropped before each write, save, restore and read" :
 	       "NOT dropped (no permission)");
 	printf("Times in seconds (slowest rank). Targets: stall <= 1.2x memcpy, "
-	       "committed <= 1.1x write+fsync, restore >= 0.9x fio.\n\n");
+	       "committed <= 1.1x write+fsync, restore >= 0.9x fio (the best of its "
+	       "queue depths).\n\n");
 	printf("| bytes per rank | memcpy | write+fsync | ckpt stall | ckpt committed "
 	       "| stall / memcpy | committed / write+fsync | restore | restore GB/s "
-	       "| fio O_DIRECT GB/s | restore / fio |\n");
+	       "| fio O_DIRECT GB/s (iodepth");
+	for (unsigned d = 0; d < o->nfio_depths; d++)
+		printf("%s%u", d ? " / " : " ", o->fio_depths[d]);
+	printf(") | restore / fio |\n");
 	printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
 	for (unsigned i = 0; i < o->nsizes; i++) {
 		const struct result *r = &res[i];
 		double s_ratio = r->stall_s / r->memcpy_s;
 		double c_ratio = r->commit_s / r->write_s;
-		char fio_s[32] = "n/a", rf_s[48] = "n/a";
+		char fio_s[64] = "n/a", rf_s[48] = "n/a";
+		double best = -1;
+		size_t used = 0;
 
-		if (r->fio_bw > 0) {
-			double rf = r->restore_bw / r->fio_bw;
+		for (unsigned d = 0; d < o->nfio_depths && r->fio_bw[d] > 0; d++) {
+			used += (size_t)snprintf(fio_s + used, sizeof(fio_s) - used, "%s%.2f",
+						 d ? " / " : "", r->fio_bw[d] / 1e9);
+			if (used >= sizeof(fio_s))
+				used = sizeof(fio_s) - 1;
+			if (r->fio_bw[d] > best)
+				best = r->fio_bw[d];
+		}
+		if (best > 0) {
+			double rf = r->restore_bw / best;
 
-			snprintf(fio_s, sizeof(fio_s), "%.2f", r->fio_bw / 1e9);
 			snprintf(rf_s, sizeof(rf_s), "%.2f %s", rf, rf >= 0.9 ? "ok" : "MISS");
 		}
 		printf("| %s | %.3f | %.3f | %.3f | %.3f | %.2f %s | %.2f %s | %.3f | %.2f | %s | %s |\n",
@@ -903,6 +962,8 @@ static void usage(FILE *f)
 "      --socket PATH       use a running ckptd instead of starting one\n"
 "      --root DIR          that ckptd's root (for the fio comparison)\n"
 "      --fio PATH          fio binary (default fio; \"\" skips the comparison)\n"
+"      --fio-iodepth N[,N] fio queue depths; restore is compared with the best\n"
+"                          (default 8,32; 32 is ckptd's default queue depth)\n"
 "      --no-drop-caches    do not drop the page cache between phases\n"
 "      --keep              keep the files written\n"
 "  -v, --verbose           print every repetition\n"
@@ -957,6 +1018,7 @@ int main(int argc, char **argv)
 		{ "socket", required_argument, NULL, 5 },
 		{ "root", required_argument, NULL, 6 },
 		{ "fio", required_argument, NULL, 7 },
+		{ "fio-iodepth", required_argument, NULL, 10 },
 		{ "no-drop-caches", no_argument, NULL, 8 },
 		{ "keep", no_argument, NULL, 9 },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -966,6 +1028,8 @@ int main(int argc, char **argv)
 	struct options o = {
 		.dir = ".", .fio = "fio", .ranks = 2, .reps = 3, .tensors = 4,
 		.slots = 1, .direct_io = "auto", .drop_caches = true,
+		/* 8: the usual fio reference; 32: ckptd's default queue depth. */
+		.fio_depths = { 8, 32 }, .nfio_depths = 2,
 	};
 	struct result res[MAX_SIZES];
 	char work[PATH_MAX], root[PATH_MAX], sock[PATH_MAX], wdir[PATH_MAX], logp[PATH_MAX];
@@ -1017,6 +1081,22 @@ int main(int argc, char **argv)
 		case 5: o.socket = optarg; break;
 		case 6: o.root = optarg; break;
 		case 7: o.fio = optarg; break;
+		case 10:
+			o.nfio_depths = 0;
+			list = strdup(optarg);
+			for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+				errno = 0;
+				v = strtoul(tok, &end, 10);
+				if (errno || *end || v == 0 || v > 4096 ||
+				    o.nfio_depths == MAX_FIO_DEPTHS)
+					die("bad --fio-iodepth %s (1..4096, at most %d values)",
+					    optarg, MAX_FIO_DEPTHS);
+				o.fio_depths[o.nfio_depths++] = (unsigned)v;
+			}
+			free(list);
+			if (!o.nfio_depths)
+				die("--fio-iodepth needs a value");
+			break;
 		case 8: o.drop_caches = false; break;
 		case 9: o.keep = true; break;
 		case 'v': o.verbose = true; break;

@@ -21,6 +21,13 @@ ranks=4
 job=demo
 
 say() { printf '\n==> %s\n' "$*"; }
+# A child that exited stays a zombie until waited for: kill -0 would
+# still succeed on it.
+alive() {
+	local st
+	st=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "${st:0:1}" != Z ]
+}
 note() { printf '    %s\n' "$*"; }
 
 # ---- 1. dependencies and build ----------------------------------------------
@@ -86,13 +93,13 @@ say "Starting ckptd (root $root)"
 ckptd_pid=$!
 for _ in $(seq 100); do
 	[ -S "$sock" ] && break
-	kill -0 "$ckptd_pid" 2>/dev/null || { echo "demo: ckptd exited at start" >&2; exit 1; }
+	alive "$ckptd_pid" || { echo "demo: ckptd exited at start" >&2; exit 1; }
 	sleep 0.1
 done
 [ -S "$sock" ] || { echo "demo: ckptd did not create $sock" >&2; exit 1; }
 note "ckptd is up: pid $ckptd_pid, socket $sock"
 
-# rank_args R: what every rank of the job shares, then its own rank number.
+# What every rank of the job shares; each adds its own --rank.
 common=(--socket "$sock" --job "$job" --world "$ranks" --seed 7
 	--tensors 6 --min-bytes 256K --max-bytes 4M --timeout-ms 30000)
 
@@ -115,7 +122,7 @@ done
 deadline=$((SECONDS + 120))
 while [ "$(latest)" -lt 50 ]; do
 	for i in "${!rank_pids[@]}"; do
-		if ! kill -0 "${rank_pids[$i]}" 2>/dev/null; then
+		if ! alive "${rank_pids[$i]}"; then
 			echo "demo: rank $i stopped before the crash" >&2
 			exit 1
 		fi
@@ -132,6 +139,7 @@ wait "${rank_pids[@]}" 2>/dev/null || true
 rank_pids=()
 # ckptd abandons the steps the dead ranks left in flight; let it settle.
 sleep 1
+alive "$ckptd_pid" || { echo "demo: ckptd did not survive its clients' crash" >&2; exit 1; }
 crashed_at=$(latest)
 note "ranks are gone; ckptd kept running; newest committed step: $crashed_at"
 

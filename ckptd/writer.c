@@ -211,6 +211,37 @@ static void csum_done(void *arg)
 	job_advance(j);
 }
 
+/*
+ * Write the index in place and fdatasync it. No temp file and rename: the
+ * step directory is invisible to every reader until its manifest exists,
+ * and the commit fsyncs the directory before writing the manifest.
+ */
+static int write_index(int stepfd, const char *name, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	int fd = openat(stepfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0640);
+	int r = 0;
+
+	if (fd < 0)
+		return -errno;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (r == 0 && fdatasync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	return r;
+}
+
 /* Worker: encode and durably write the rank index. */
 static void index_run(void *arg)
 {
@@ -244,7 +275,7 @@ static void index_run(void *arg)
 		r = (int)n;
 		goto fail;
 	}
-	r = store_write_file_durable(j->stepfd, j->index_name, buf, (size_t)n);
+	r = write_index(j->stepfd, j->index_name, buf, (size_t)n);
 	if (r < 0)
 		goto fail;
 	store_sha256(buf, (size_t)n, j->vote.index_sha256);

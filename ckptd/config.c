@@ -110,20 +110,24 @@ static const struct config_option options[] = {
 		.offset = FIELD(slots_per_rank),
 	},
 	{
-		.key = "queue_depth", .type = OPT_UINT, .def = "32", .min = 1, .max = 4096,
+		.key = "queue_depth", .type = OPT_UINT, .def = "16", .min = 1, .max = 4096,
 		.arg = "N", .help = "io_uring requests in flight",
 		.description =
-			"io_uring requests in flight per writer. NVMe and parallel file\n"
-			"systems need several in flight to reach full bandwidth.",
+			"io_uring requests in flight, for all saves together. NVMe and\n"
+			"parallel file systems need several in flight to reach full\n"
+			"bandwidth; queue_depth x request_size is the data in flight.",
 		.offset = FIELD(queue_depth),
 	},
 	{
-		.key = "request_size", .type = OPT_SIZE, .def = "1MiB",
+		.key = "request_size", .type = OPT_SIZE, .def = "4MiB",
 		.min = 4096, .max = 64ull << 20, .multiple = CKPT_ALIGN,
 		.arg = "SIZE", .help = "bytes per write or read request",
 		.description =
 			"Bytes per io_uring write or read request; a multiple of 4KiB\n"
-			"(O_DIRECT alignment), from 4KiB to 64MiB.",
+			"(O_DIRECT alignment), from 4KiB to 64MiB. Match the block\n"
+			"device's largest request (/sys/block/DEV/queue/max_sectors_kb)\n"
+			"or the file system's stripe size: fewer, larger requests win\n"
+			"where the device limits requests per second.",
 		.offset = FIELD(request_bytes),
 	},
 	{

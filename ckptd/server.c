@@ -552,15 +552,9 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	st->inflight++;
 	c->slot_state[s->slot] = SLOT_SAVING;
 	c->slot_step[s->slot] = s->step;
-	r = writer_start(c, st, s->slot, s, &table, err, sizeof(err));
-	ckpt_table_free(&table);
-	if (r < 0) {
-		c->slot_state[s->slot] = SLOT_CLIENT;
-		coord_save_done(st, c->rank);
-		send_error(c, m->seq, r, "%s", err);
-		coord_fail(st, -CKPT_E_ABORTED, "rank %u: %s", c->rank, err);
-		return;
-	}
+	/* Accepted: the rank goes back to training now. Opening files and
+	 * submitting the first writes happen after the reply, so they never
+	 * add to the rank's stall; a failure there arrives as a STATUS. */
 	struct ckpt_msg ok;
 	memset(&ok, 0, sizeof(ok));
 	ok.type = CKPT_MSG_SAVE_OK;
@@ -568,6 +562,17 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	ok.u.save_ok.step = s->step;
 	ok.u.save_ok.slot = s->slot;
 	client_send(c, &ok);
+	r = writer_start(c, st, s->slot, s, &table, err, sizeof(err));
+	ckpt_table_free(&table);
+	if (r < 0) {
+		c->slot_state[s->slot] = SLOT_CLIENT;
+		log_warn("writer", "save failed job=%s step=%llu rank=%u error=\"%s\"",
+			 c->job->name, (unsigned long long)s->step, c->rank, err);
+		client_send_status(c, s->step, CKPT_STATE_FAILED, r, s->slot, err);
+		coord_save_done(st, c->rank);
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u: %s", c->rank, err);
+		return;
+	}
 	log_debug("server", "save accepted job=%s step=%llu rank=%u bytes=%llu",
 		  c->job->name, (unsigned long long)s->step, c->rank,
 		  (unsigned long long)s->data_bytes);

@@ -159,8 +159,8 @@ static void test_defaults(void)
 	long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 	CHECK(cfg.staging_bytes <= (uint64_t)pages * (uint64_t)page / 2);
 	CHECK(cfg.slots_per_rank == 2);
-	CHECK(cfg.queue_depth == 32);
-	CHECK(cfg.request_bytes == 1 << 20);
+	CHECK(cfg.queue_depth == 16);
+	CHECK(cfg.request_bytes == 4 << 20);
 	CHECK(cfg.chunk_bytes == 4 << 20);
 	CHECK(cfg.direct_io == DIRECT_IO_AUTO);
 	CHECK(cfg.keep_last == 3);
@@ -245,7 +245,7 @@ static void test_file(void)
 	result_free(&r);
 	/* --config wins over $CKPTD_CONFIG; an empty one reads nothing. */
 	r = load(&cfg, "--config", "", NULL);
-	CHECK(r.action == CONFIG_RUN && cfg.queue_depth == 32 && !cfg.config_file);
+	CHECK(r.action == CONFIG_RUN && cfg.queue_depth == 16 && !cfg.config_file);
 	config_free(&cfg);
 	result_free(&r);
 	setenv("CKPTD_CONFIG", "", 1);
@@ -563,8 +563,8 @@ static void test_actions(void)
 		"Default: 0660.", "--allowed-group GROUP", "CKPTD_ALLOWED_GROUP",
 		"--root DIR", "CKPTD_ROOT", "Default: /var/lib/ckpt.", "--staging-bytes SIZE",
 		"CKPTD_STAGING_BYTES", "--slots-per-rank N", "CKPTD_SLOTS_PER_RANK",
-		"--queue-depth N", "CKPTD_QUEUE_DEPTH", "Default: 32", "--request-size SIZE",
-		"CKPTD_REQUEST_SIZE", "Default: 1MiB", "--chunk-size SIZE", "CKPTD_CHUNK_SIZE",
+		"--queue-depth N", "CKPTD_QUEUE_DEPTH", "Default: 16", "--request-size SIZE",
+		"CKPTD_REQUEST_SIZE", "Default: 4MiB", "--chunk-size SIZE", "CKPTD_CHUNK_SIZE",
 		"Default: 4MiB", "--direct-io auto|on|off", "CKPTD_DIRECT_IO", "--keep-last N",
 		"CKPTD_KEEP_LAST", "--backpressure block|skip", "CKPTD_BACKPRESSURE",
 		"--log-level error|warn|info|debug", "CKPTD_LOG_LEVEL", "--lock-memory",
@@ -591,7 +591,7 @@ static void test_actions(void)
 
 	r = load(&cfg, "--print-reference-config", NULL);
 	CHECK(r.action == CONFIG_EXIT_OK);
-	CHECK_CONTAINS(r.out, "#queue_depth = 32\n");
+	CHECK_CONTAINS(r.out, "#queue_depth = 16\n");
 	config_free(&cfg);
 	result_free(&r);
 
@@ -619,7 +619,7 @@ static void test_reference_parses(void)
 	CHECK(r.action == CONFIG_RUN);
 	if (r.err_len)
 		fprintf(stderr, "%s", r.err);
-	CHECK(cfg.queue_depth == 32 && cfg.request_bytes == 1 << 20);
+	CHECK(cfg.queue_depth == 16 && cfg.request_bytes == 4 << 20);
 	config_free(&cfg);
 	result_free(&r);
 	free(path);

@@ -360,12 +360,14 @@ static void rank_op(struct rank_env *e, const struct cmd *c, struct reply *r)
 		break;
 	case OP_WRITE_PREP:
 	case OP_WRITE_DONE:
-		pathf(path, sizeof(path), "%s/rank-%06u.dat", e->write_dir, e->rank);
+		pathf(path, sizeof(path), "%s/rank-%06u-rep-%03u.dat", e->write_dir, e->rank,
+		      (unsigned)c->arg);
 		if (unlink(path) < 0 && errno != ENOENT)
 			r->err = -errno;
 		break;
 	case OP_WRITE:
-		pathf(path, sizeof(path), "%s/rank-%06u.dat", e->write_dir, e->rank);
+		pathf(path, sizeof(path), "%s/rank-%06u-rep-%03u.dat", e->write_dir, e->rank,
+		      (unsigned)c->arg);
 		t0 = now();
 		fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0) {
@@ -681,7 +683,7 @@ static void start_ckptd(const struct options *o, const char *root, const char *s
 		}
 		execl(o->ckptd, o->ckptd, "--root", root, "--socket", sock,
 		      "--staging-bytes", staging_s, "--slots-per-rank", slots_s,
-		      "--keep-last", "1", "--direct-io", o->direct_io,
+		      "--keep-last", "0", "--direct-io", o->direct_io,
 		      "--log-level", "warn", (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", o->ckptd, strerror(errno));
 		_exit(127);
@@ -797,10 +799,13 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 		all_ranks(OP_MEMCPY, 0, &mc[r], NULL);
 		all_ranks(OP_MEMCPY_DONE, 0, NULL, NULL);
 
-		all_ranks(OP_WRITE_PREP, 0, NULL, NULL);
+		/* Every repetition writes new files and nothing is deleted until
+		 * the end, on either side (ckptd keeps every step): deleting
+		 * GiBs on a file system mounted with discard sends the device
+		 * work that would land on whichever measurement runs next. */
+		all_ranks(OP_WRITE_PREP, r, NULL, NULL);
 		drop_caches(o);
-		all_ranks(OP_WRITE, 0, &wr[r], NULL);
-		all_ranks(OP_WRITE_DONE, 0, NULL, NULL);
+		all_ranks(OP_WRITE, r, &wr[r], NULL);
 
 		step = 100 * (r + 1);
 		drop_caches(o);
@@ -810,6 +815,8 @@ static void run_size(const struct options *o, unsigned idx, const char *sock,
 				"ckpt stall %.3f s, committed %.3f s\n",
 				r, mc[r], wr[r], stall[r], commit[r]);
 	}
+	for (unsigned r = 0; r < o->reps; r++)
+		all_ranks(OP_WRITE_DONE, r, NULL, NULL);
 	res->memcpy_s = median(mc, o->reps);
 	res->write_s = median(wr, o->reps);
 	res->stall_s = median(stall, o->reps);

@@ -414,43 +414,58 @@ static void job_advance(struct save_job *j)
 	}
 }
 
+/* Move j to the end of the writing list: requests go round-robin over
+ * the saves in progress, so one rank (or job) cannot starve another. */
+static void writing_requeue(struct daemon *d, struct save_job *j)
+{
+	struct save_job **p = &d->writing;
+
+	if (!j->next)
+		return;
+	while (*p != j)
+		p = &(*p)->next;
+	*p = j->next;
+	while (*p)
+		p = &(*p)->next;
+	*p = j;
+	j->next = NULL;
+}
+
 void writer_pump(struct daemon *d)
 {
-	bool progress = true;
 	unsigned submitted = 0;
 
-	while (progress && d->ring_inflight < d->cfg->queue_depth) {
-		progress = false;
-		for (struct save_job *j = d->writing; j && d->ring_inflight < d->cfg->queue_depth;
-		     j = j->next) {
-			if (j->err || j->next_off >= j->data_bytes)
-				continue;
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-			if (!sqe)
-				goto out;
-			struct io_req *req = malloc(sizeof(*req));
-			if (!req) {
-				/* Give the sqe back as a no-op that completes harmlessly. */
-				io_uring_prep_nop(sqe);
-				io_uring_sqe_set_data(sqe, NULL);
-				d->ring_inflight++;
-				goto out;
-			}
-			uint64_t left = j->data_bytes - j->next_off;
-			req->job = j;
-			req->op = IO_WRITE;
-			req->off = j->next_off;
-			req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
-			prep_write(j, sqe, req->off, req->len);
-			io_uring_sqe_set_data(sqe, req);
-			j->next_off += req->len;
-			j->inflight++;
+	while (d->ring_inflight < d->cfg->queue_depth) {
+		struct save_job *j = d->writing;
+
+		while (j && (j->err || j->next_off >= j->data_bytes))
+			j = j->next;
+		if (!j)
+			break;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
+		if (!sqe)
+			break;
+		struct io_req *req = malloc(sizeof(*req));
+		if (!req) {
+			/* Give the sqe back as a no-op that completes harmlessly. */
+			io_uring_prep_nop(sqe);
+			io_uring_sqe_set_data(sqe, NULL);
 			d->ring_inflight++;
-			submitted++;
-			progress = true;
+			break;
 		}
+		uint64_t left = j->data_bytes - j->next_off;
+		req->job = j;
+		req->op = IO_WRITE;
+		req->off = j->next_off;
+		req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
+		prep_write(j, sqe, req->off, req->len);
+		io_uring_sqe_set_data(sqe, req);
+		j->next_off += req->len;
+		j->inflight++;
+		d->ring_inflight++;
+		submitted++;
+		writing_requeue(d, j);
 	}
-out:
 	if (submitted)
 		io_uring_submit(&d->ring);
 }

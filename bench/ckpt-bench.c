@@ -32,6 +32,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <sys/sysinfo.h>
@@ -56,6 +57,7 @@ struct options {
 	const char *root;       /* its root (for the fio comparison) */
 	const char *ckptd;      /* ckptd binary to start */
 	const char *fio;        /* fio binary, or "" to skip */
+	const char *fio_bs;     /* fio block size */
 	unsigned fio_depths[MAX_FIO_DEPTHS];
 	unsigned nfio_depths;
 	uint32_t ranks;
@@ -726,8 +728,8 @@ static double fio_read(const struct options *o, unsigned depth, char files[][PAT
 	if (!f)
 		return -1;
 	fprintf(f, "'%s' --output-format=json --output='%s' --readonly --rw=read"
-		" --direct=1 --bs=1M --iodepth=%u --ioengine=io_uring --group_reporting",
-		o->fio, outpath, depth);
+		" --direct=1 --bs=%s --iodepth=%u --ioengine=io_uring --group_reporting",
+		o->fio, outpath, o->fio_bs, depth);
 	for (uint32_t k = 0; k < n; k++)
 		fprintf(f, " --name=rank%u --filename='%s'", k, files[k]);
 	fprintf(f, " >/dev/null 2>&1");
@@ -917,7 +919,7 @@ static void print_report(const struct options *o, const struct result *res,
 	       "queue depths).\n\n");
 	printf("| bytes per rank | memcpy | write+fsync | ckpt stall | ckpt committed "
 	       "| stall / memcpy | committed / write+fsync | restore | restore GB/s "
-	       "| fio O_DIRECT GB/s (iodepth");
+	       "| fio O_DIRECT GB/s (bs %s, iodepth", o->fio_bs);
 	for (unsigned d = 0; d < o->nfio_depths; d++)
 		printf("%s%u", d ? " / " : " ", o->fio_depths[d]);
 	printf(") | restore / fio |\n");
@@ -970,7 +972,9 @@ static void usage(FILE *f)
 "      --root DIR          that ckptd's root (for the fio comparison)\n"
 "      --fio PATH          fio binary (default fio; \"\" skips the comparison)\n"
 "      --fio-iodepth N[,N] fio queue depths; restore is compared with the best\n"
-"                          (default 8,32; 32 is ckptd's default queue depth)\n"
+"                          (default 8,32)\n"
+"      --fio-bs SIZE       fio block size (default 4M, ckptd's default request\n"
+"                          size: fio is given the same request size ckptd uses)\n"
 "      --no-drop-caches    do not drop the page cache between phases\n"
 "      --keep              keep the files written\n"
 "  -v, --verbose           print every repetition\n"
@@ -1026,6 +1030,7 @@ int main(int argc, char **argv)
 		{ "root", required_argument, NULL, 6 },
 		{ "fio", required_argument, NULL, 7 },
 		{ "fio-iodepth", required_argument, NULL, 10 },
+		{ "fio-bs", required_argument, NULL, 11 },
 		{ "no-drop-caches", no_argument, NULL, 8 },
 		{ "keep", no_argument, NULL, 9 },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -1033,7 +1038,7 @@ int main(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct options o = {
-		.dir = ".", .fio = "fio", .ranks = 2, .reps = 3, .tensors = 4,
+		.dir = ".", .fio = "fio", .fio_bs = "4M", .ranks = 2, .reps = 3, .tensors = 4,
 		.slots = 1, .direct_io = "auto", .drop_caches = true,
 		/* 8: the usual fio reference; 32: ckptd's default queue depth. */
 		.fio_depths = { 8, 32 }, .nfio_depths = 2,
@@ -1088,6 +1093,11 @@ int main(int argc, char **argv)
 		case 5: o.socket = optarg; break;
 		case 6: o.root = optarg; break;
 		case 7: o.fio = optarg; break;
+		case 11:
+			if (!*optarg || strspn(optarg, "0123456789kKmMgG") != strlen(optarg))
+				die("bad --fio-bs %s (e.g. 1M, 4M)", optarg);
+			o.fio_bs = optarg;
+			break;
 		case 10:
 			o.nfio_depths = 0;
 			list = strdup(optarg);
@@ -1139,6 +1149,18 @@ int main(int argc, char **argv)
 		free(cmd);
 	}
 	signal(SIGPIPE, SIG_IGN);
+
+	/* Nothing is deleted before the end (see run_size): every repetition
+	 * of both the write+fsync files and ckpt's steps stays on disk. */
+	struct statvfs vfs;
+	uint64_t need = 0;
+	for (unsigned i = 0; i < o.nsizes; i++)
+		need += 2 * (uint64_t)o.ranks * o.reps * (o.sizes[i] + 8 * MIB);
+	if (statvfs(o.dir, &vfs) == 0 && (uint64_t)vfs.f_bavail * vfs.f_frsize < need + need / 10)
+		die("%s has %llu MiB free; this run writes about %llu MiB (ranks x bytes x reps, "
+		    "twice): use fewer --reps, smaller --bytes or another --dir", o.dir,
+		    (unsigned long long)((uint64_t)vfs.f_bavail * vfs.f_frsize / MIB),
+		    (unsigned long long)(need / MIB));
 
 	pathf(work, sizeof(work), "%s/ckpt-bench-%d", o.dir, (int)getpid());
 	pathf(wdir, sizeof(wdir), "%s/write", work);

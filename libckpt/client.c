@@ -892,6 +892,26 @@ static int ctx_list(ckpt_ctx *ctx, struct ckpt_msg *reply)
 	return 0;
 }
 
+/* LIST, with the reply on the heap: a LIST_OK is too big for the stack of
+ * a small thread. On success *out is the caller's to free(). */
+static int ctx_list_alloc(ckpt_ctx *ctx, struct ckpt_msg **out)
+{
+	struct ckpt_msg *reply = malloc(sizeof(*reply));
+	int r;
+
+	if (!reply)
+		return -ENOMEM;
+	pthread_mutex_lock(&ctx->lock);
+	r = ctx_list(ctx, reply);
+	pthread_mutex_unlock(&ctx->lock);
+	if (r < 0) {
+		free(reply);
+		return r;
+	}
+	*out = reply;
+	return 0;
+}
+
 CKPT_EXPORT int ckpt_latest(ckpt_ctx *ctx, uint64_t *step)
 {
 	struct ckpt_msg *reply;
@@ -899,21 +919,15 @@ CKPT_EXPORT int ckpt_latest(ckpt_ctx *ctx, uint64_t *step)
 
 	if (!ctx || !step)
 		return -EINVAL;
-	/* A LIST_OK is too big for the stack of a small thread. */
-	reply = malloc(sizeof(*reply));
-	if (!reply)
-		return -ENOMEM;
-	pthread_mutex_lock(&ctx->lock);
-	r = ctx_list(ctx, reply);
-	pthread_mutex_unlock(&ctx->lock);
-	if (r == 0) {
-		if (reply->u.list_ok.total == 0)
-			r = -CKPT_E_NO_CHECKPOINT;
-		else if (reply->u.list_ok.count == 0)
-			r = -CKPT_E_PROTOCOL;
-		else
-			*step = reply->u.list_ok.steps[reply->u.list_ok.count - 1];
-	}
+	r = ctx_list_alloc(ctx, &reply);
+	if (r < 0)
+		return r;
+	if (reply->u.list_ok.total == 0)
+		r = -CKPT_E_NO_CHECKPOINT;
+	else if (reply->u.list_ok.count == 0)
+		r = -CKPT_E_PROTOCOL;
+	else
+		*step = reply->u.list_ok.steps[reply->u.list_ok.count - 1];
 	free(reply);
 	return r;
 }
@@ -925,19 +939,13 @@ CKPT_EXPORT int ckpt_list(ckpt_ctx *ctx, uint64_t *steps, size_t cap)
 
 	if (!ctx || (!steps && cap > 0))
 		return -EINVAL;
-	reply = malloc(sizeof(*reply));
-	if (!reply)
-		return -ENOMEM;
-	pthread_mutex_lock(&ctx->lock);
-	r = ctx_list(ctx, reply);
-	pthread_mutex_unlock(&ctx->lock);
-	if (r == 0) {
-		size_t n = reply->u.list_ok.count < cap ? reply->u.list_ok.count : cap;
-
-		if (n)
-			memcpy(steps, reply->u.list_ok.steps, n * sizeof(*steps));
-		r = reply->u.list_ok.total > INT_MAX ? INT_MAX : (int)reply->u.list_ok.total;
-	}
+	r = ctx_list_alloc(ctx, &reply);
+	if (r < 0)
+		return r;
+	size_t n = reply->u.list_ok.count < cap ? reply->u.list_ok.count : cap;
+	if (n)
+		memcpy(steps, reply->u.list_ok.steps, n * sizeof(*steps));
+	r = reply->u.list_ok.total > INT_MAX ? INT_MAX : (int)reply->u.list_ok.total;
 	free(reply);
 	return r;
 }

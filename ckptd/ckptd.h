@@ -30,7 +30,8 @@ struct save_job;
 enum slot_state {
 	SLOT_CLIENT = 0,   /* the client's to fill */
 	SLOT_SAVING,       /* ckptd is writing it */
-	SLOT_RESTORING,    /* ckptd is reading into it, or the client is reading it */
+	SLOT_RESTORING,    /* ckptd is reading a shard into it */
+	SLOT_RESTORED,     /* the client reads the restored shard until RELEASE */
 };
 
 struct outmsg {

@@ -344,6 +344,7 @@ static void restore_done(void *arg)
 		memset(&m, 0, sizeof(m));
 		m.seq = rs->seq;
 		if (rs->result == 0) {
+			c->slot_state[rs->slot] = SLOT_RESTORED;
 			m.type = CKPT_MSG_RESTORE_OK;
 			m.u.restore_ok = rs->ok;
 			log_info("restore", "restored job=%s step=%llu rank=%u bytes=%llu%s",

@@ -648,12 +648,12 @@ static void on_release(struct client *c, const struct ckpt_msg *m)
 {
 	uint32_t slot = m->u.release.slot;
 
-	if (slot >= c->slots || c->slot_state[slot] != SLOT_RESTORING) {
-		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "RELEASE of slot %u, which holds no restore",
-				      slot);
+	/* A slot still being read into is not the client's to release. */
+	if (slot >= c->slots || c->slot_state[slot] != SLOT_RESTORED) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL,
+				      "RELEASE of slot %u, which holds no finished restore", slot);
 		return;
 	}
-	/* A restore still reading into the slot keeps it until it is done. */
 	c->slot_state[slot] = SLOT_CLIENT;
 }
 

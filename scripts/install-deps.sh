@@ -14,7 +14,6 @@ packages=(
 	libisal-dev       # ISA-L: fast CRC-32C of checksum chunks
 	libinih-dev       # ckptd config file parsing
 	libzstd-dev       # zstd: S3 tier compression
-	libcmocka-dev     # unit test helpers
 	# fuzzers and sanitizers
 	clang llvm libclang-rt-14-dev
 	# benchmark reference and test helpers

@@ -18,6 +18,7 @@ packages=(
 	clang llvm libclang-rt-14-dev
 	# benchmark reference and test helpers
 	fio python3 util-linux procps psmisc e2fsprogs coreutils
+	libopenmpi-dev openmpi-bin manpages-ja  # ckpt-train (MPI) and its default Japanese corpus
 )
 
 missing=()

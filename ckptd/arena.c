@@ -70,28 +70,14 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 		snprintf(err, errlen, "sealing the arena: %s", strerror(-r));
 		goto fail;
 	}
-	/* Fault every page in now: untouched pages make the first save of
-	 * each rank many times slower than a memcpy. */
-	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_POPULATE, fd, 0);
+	/* Mapped here, populated by arena_populate() on a worker: faulting
+	 * in GiBs takes seconds, and the event loop serves everyone else. */
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		r = -errno;
 		snprintf(err, errlen, "mapping the arena (%llu bytes): %s",
 			 (unsigned long long)bytes, strerror(-r));
 		goto fail;
-	}
-	if (d->cfg->lock_memory != LOCK_MEMORY_OFF && d->can_mlock) {
-		if (mlock(p, bytes) < 0) {
-			if (d->cfg->lock_memory == LOCK_MEMORY_ON) {
-				r = -errno;
-				snprintf(err, errlen, "mlock of the arena: %s", strerror(-r));
-				munmap(p, bytes);
-				goto fail;
-			}
-			log_debug("arena", "mlock refused, arena stays pageable "
-				  "job=%s rank=%u error=\"%s\"", c->job->name, c->rank,
-				  strerror(errno));
-		}
 	}
 	c->slot_state = calloc(slots, 1);
 	c->slot_step = calloc(slots, sizeof(*c->slot_step));
@@ -115,6 +101,41 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 fail:
 	close(fd);
 	return r;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+int arena_populate(struct client *c, char *err, size_t errlen)
+{
+	struct daemon *d = c->d;
+
+	/* Fault every page in now: untouched pages make the first save of
+	 * each rank many times slower than a memcpy. */
+	if (madvise(c->arena, c->arena_bytes, MADV_POPULATE_WRITE) < 0) {
+		if (errno != EINVAL) {
+			int r = -errno;
+			snprintf(err, errlen, "populating the arena (%llu bytes): %s",
+				 (unsigned long long)c->arena_bytes, strerror(-r));
+			return r;
+		}
+		/* Kernels before 5.14: touch every page. */
+		long page = sysconf(_SC_PAGESIZE);
+		for (uint64_t off = 0; off < c->arena_bytes; off += (uint64_t)page)
+			((volatile uint8_t *)c->arena)[off] = 0;
+	}
+	if (d->cfg->lock_memory != LOCK_MEMORY_OFF && d->can_mlock &&
+	    mlock(c->arena, c->arena_bytes) < 0) {
+		int r = -errno;
+		if (d->cfg->lock_memory == LOCK_MEMORY_ON) {
+			snprintf(err, errlen, "mlock of the arena: %s", strerror(-r));
+			return r;
+		}
+		log_debug("arena", "mlock refused, arena stays pageable job=%s rank=%u error=\"%s\"",
+			  c->job->name, c->rank, strerror(-r));
+	}
+	return 0;
 }
 
 void arena_destroy(struct client *c)

@@ -49,6 +49,8 @@ struct client {
 	pid_t pid;
 	uid_t uid;
 	bool hello_done;
+	bool hello_pending;   /* HELLO accepted, arena being populated */
+	uint32_t hello_seq;
 	bool dead;            /* connection closed; freed when refs == 0 */
 	unsigned refs;        /* save jobs and restores using the arena */
 	struct job *job;
@@ -206,6 +208,8 @@ void job_pin(struct job *job, uint64_t step, int delta);
 /* Size, create, seal, populate (and mlock where allowed) c's arena. */
 int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 		 char *err, size_t errlen);
+/* Fault in (and mlock where allowed) c's arena: on a worker thread. */
+int arena_populate(struct client *c, char *err, size_t errlen);
 void arena_destroy(struct client *c);
 uint64_t arena_slot_bytes(uint64_t max_save_bytes);
 

@@ -190,7 +190,7 @@ static void client_kill(struct client *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	d->n_clients--;
-	if (c->hello_done) {
+	if (c->hello_done || c->hello_pending) {
 		log_info("server", "client gone client=%llu job=%s rank=%u pid=%d reason=\"%s\"",
 			 (unsigned long long)c->id, c->job->name, c->rank, (int)c->pid, why);
 		c->job->clients--;
@@ -307,69 +307,32 @@ static void on_accept(struct daemon *d)
 
 /* ---- Requests ------------------------------------------------------- */
 
-static void on_hello(struct client *c, const struct ckpt_msg *m)
+/* Whether (job, rank) is held by a live connection, connected or connecting. */
+static bool rank_taken(struct job *job, uint32_t rank)
+{
+	for (struct client *c = job->d->clients; c; c = c->next)
+		if (!c->dead && (c->hello_done || c->hello_pending) && c->job == job &&
+		    c->rank == rank)
+			return true;
+	return false;
+}
+
+/* The arena is populated: the rank is connected. */
+static void hello_finish(struct client *c)
 {
 	struct daemon *d = c->d;
-	const struct ckpt_msg_hello *h = &m->u.hello;
-	char err[CKPT_REASON_MAX + 1];
-	struct job *job;
+	struct job *job = c->job;
 
-	if (c->hello_done) {
-		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "second HELLO");
-		return;
-	}
-	if (ckpt_job_name_check(h->job, strlen(h->job)) < 0 || h->rank >= h->world_size) {
-		client_protocol_error(c, m->seq, -CKPT_E_BAD_NAME, "bad HELLO: job \"%.64s\" rank %u world %u",
-				      h->job, h->rank, h->world_size);
-		return;
-	}
-	job = job_get(d, h->job, true);
-	if (!job) {
-		send_error(c, m->seq, -EIO, "cannot open job directory %s/%s: %s", d->cfg->root,
-			   h->job, strerror(errno ? errno : EIO));
-		client_kill(c, "job directory");
-		return;
-	}
-	if (job->clients > 0 && job->world_size != h->world_size) {
-		send_error(c, m->seq, -CKPT_E_REFUSED,
-			   "job %s: rank %u says world size %u, connected ranks say %u",
-			   job->name, h->rank, h->world_size, job->world_size);
-		client_kill(c, "world size mismatch");
-		job_release(job);
-		return;
-	}
-	if (job_client_for_rank(job, h->rank)) {
-		send_error(c, m->seq, -CKPT_E_BUSY,
-			   "job %s: rank %u is already connected", job->name, h->rank);
-		client_kill(c, "duplicate rank");
-		job_release(job);
-		return;
-	}
-	c->job = job;
-	c->rank = h->rank;
-	c->world_size = h->world_size;
-	c->local_rank = h->local_rank;
-	int r = arena_create(c, h->max_save_bytes, d->cfg->slots_per_rank, err, sizeof(err));
-	if (r < 0) {
-		c->job = NULL;
-		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
-		send_error(c, m->seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
-		client_kill(c, "arena");
-		job_release(job);
-		return;
-	}
 	writer_register_arena(c);
+	c->hello_pending = false;
 	c->hello_done = true;
 	c->generation = ++d->generation;
-	coord_rank_back(job, c->rank);
-	job->clients++;
-	job->world_size = h->world_size;
 
 	struct ckpt_msg ok;
 	uint8_t buf[CKPT_MSG_MAX_BYTES];
 	memset(&ok, 0, sizeof(ok));
 	ok.type = CKPT_MSG_HELLO_OK;
-	ok.seq = m->seq;
+	ok.seq = c->hello_seq;
 	ok.u.hello_ok.slots = c->slots;
 	ok.u.hello_ok.flags = d->cfg->backpressure == BACKPRESSURE_SKIP ? CKPT_HELLO_F_SKIP_POLICY : 0;
 	ok.u.hello_ok.slot_bytes = c->slot_bytes;
@@ -398,6 +361,118 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
 		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,
 		 (unsigned long long)c->slot_bytes);
+}
+
+struct populate {
+	struct client *c;
+	int result;
+	char err[CKPT_REASON_MAX + 1];
+};
+
+static void populate_run(void *arg)
+{
+	struct populate *p = arg;
+
+	p->result = arena_populate(p->c, p->err, sizeof(p->err));
+}
+
+static void populate_done(void *arg)
+{
+	struct populate *p = arg;
+	struct client *c = p->c;
+
+	c->d->busy--;
+	if (!c->dead) {
+		if (p->result < 0) {
+			log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", c->job->name,
+				 c->rank, p->err);
+			send_error(c, c->hello_seq, p->result, "%s", p->err);
+			client_kill(c, "arena");
+		} else {
+			hello_finish(c);
+		}
+	}
+	free(p);
+	client_unref(c);
+}
+
+static void on_hello(struct client *c, const struct ckpt_msg *m)
+{
+	struct daemon *d = c->d;
+	const struct ckpt_msg_hello *h = &m->u.hello;
+	char err[CKPT_REASON_MAX + 1];
+	struct job *job;
+
+	if (c->hello_done || c->hello_pending) {
+		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "second HELLO");
+		return;
+	}
+	if (ckpt_job_name_check(h->job, strlen(h->job)) < 0 || h->rank >= h->world_size) {
+		client_protocol_error(c, m->seq, -CKPT_E_BAD_NAME, "bad HELLO: job \"%.64s\" rank %u world %u",
+				      h->job, h->rank, h->world_size);
+		return;
+	}
+	job = job_get(d, h->job, true);
+	if (!job) {
+		send_error(c, m->seq, -EIO, "cannot open job directory %s/%s: %s", d->cfg->root,
+			   h->job, strerror(errno ? errno : EIO));
+		client_kill(c, "job directory");
+		return;
+	}
+	if (job->clients > 0 && job->world_size != h->world_size) {
+		send_error(c, m->seq, -CKPT_E_REFUSED,
+			   "job %s: rank %u says world size %u, connected ranks say %u",
+			   job->name, h->rank, h->world_size, job->world_size);
+		client_kill(c, "world size mismatch");
+		job_release(job);
+		return;
+	}
+	if (rank_taken(job, h->rank)) {
+		send_error(c, m->seq, -CKPT_E_BUSY,
+			   "job %s: rank %u is already connected", job->name, h->rank);
+		client_kill(c, "duplicate rank");
+		job_release(job);
+		return;
+	}
+	c->job = job;
+	c->rank = h->rank;
+	c->world_size = h->world_size;
+	c->local_rank = h->local_rank;
+	int r = arena_create(c, h->max_save_bytes, d->cfg->slots_per_rank, err, sizeof(err));
+	if (r < 0) {
+		c->job = NULL;
+		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
+		send_error(c, m->seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
+		client_kill(c, "arena");
+		job_release(job);
+		return;
+	}
+	/* The rank counts for the job from now on (world size, duplicates). */
+	c->hello_pending = true;
+	c->hello_seq = m->seq;
+	coord_rank_back(job, c->rank);
+	job->clients++;
+	job->world_size = h->world_size;
+
+	struct populate *p = calloc(1, sizeof(*p));
+	if (p) {
+		p->c = c;
+		c->refs++;
+		d->busy++;
+		if (workers_submit(d->workers, populate_run, populate_done, p) == 0)
+			return;
+		c->refs--;
+		d->busy--;
+		free(p);
+	}
+	/* No worker to spare the memory for: do it here. */
+	r = arena_populate(c, err, sizeof(err));
+	if (r < 0) {
+		send_error(c, m->seq, r, "%s", err);
+		client_kill(c, "arena");
+		return;
+	}
+	hello_finish(c);
 }
 
 static bool slot_ok(struct client *c, const struct ckpt_msg *m, uint32_t slot)

@@ -120,8 +120,14 @@ typedef struct ckpt_options {
 	/* The largest save this rank will make: tensor bytes plus the user
 	 * blob. ckptd sizes the shared-memory slots from it. */
 	uint64_t max_save_bytes;
-	/* Milliseconds to wait for ckptd at connect; 0: 10000. */
+	/* Milliseconds to wait for ckptd's socket to accept the connection
+	 * (ckptd may be starting); 0: 10000. */
 	uint32_t connect_timeout_ms;
+	/* Milliseconds a connected ckptd may take to answer: it faults in
+	 * the shared memory first (about a second per GiB on slow machines);
+	 * 0: 120000. Callers built against an older ckpt.h, whose
+	 * struct_size ends before this field, get the default. */
+	uint32_t handshake_timeout_ms;
 } ckpt_options;
 
 /*

@@ -5,6 +5,7 @@
  * listing and reconnects.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -295,8 +296,10 @@ static bool connect_retryable(int err)
 	       err == -CKPT_E_BUSY;
 }
 
+#define CKPT_DEFAULT_HANDSHAKE_MS 120000
+
 static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int timeout_ms,
-		     struct conn *out)
+		     int handshake_ms, struct conn *out)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int64_t deadline = now_ms() + timeout_ms;
@@ -314,10 +317,16 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 
 		if (fd < 0)
 			return -errno;
-		if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+		if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
 			r = -errno;
-		else
-			r = handshake(fd, hello, deadline, out);
+		} else {
+			/* Once ckptd has accepted, it may take a while to fault
+			 * in a large arena before it answers: the handshake has
+			 * its own limit; the connect timeout bounds the wait
+			 * for the socket. */
+			int64_t hs = now_ms() + handshake_ms;
+			r = handshake(fd, hello, hs > deadline ? hs : deadline, out);
+		}
 		if (r == 0)
 			return 0;
 		close(fd);
@@ -352,7 +361,7 @@ static int ctx_connect_now(ckpt_ctx *ctx, int timeout_ms)
 	uint8_t *slots;
 	int r;
 
-	r = conn_open(ctx->socket_path, &ctx->hello, timeout_ms, &c);
+	r = conn_open(ctx->socket_path, &ctx->hello, timeout_ms, (int)ctx->handshake_timeout_ms, &c);
 	if (r < 0)
 		return r;
 	slots = calloc(c.ok.slots, 1);
@@ -644,8 +653,13 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 	size_t jlen;
 	int r;
 
-	if (!opts || !out || opts->struct_size < sizeof(ckpt_options))
+	if (!opts || !out || opts->struct_size < offsetof(ckpt_options, handshake_timeout_ms))
 		return -EINVAL;
+	/* A caller built against an older, shorter ckpt_options gets the
+	 * defaults of the fields it does not know. */
+	uint32_t handshake_ms = opts->struct_size >= offsetof(ckpt_options, handshake_timeout_ms) +
+							     sizeof(opts->handshake_timeout_ms)
+					? opts->handshake_timeout_ms : 0;
 	if (!opts->job)
 		return -CKPT_E_BAD_NAME;
 	jlen = strnlen(opts->job, CKPT_JOB_NAME_MAX + 1);
@@ -683,6 +697,9 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 							   : CKPT_DEFAULT_CONNECT_MS;
 	if (ctx->connect_timeout_ms > INT_MAX)
 		ctx->connect_timeout_ms = INT_MAX;
+	ctx->handshake_timeout_ms = handshake_ms ? handshake_ms : CKPT_DEFAULT_HANDSHAKE_MS;
+	if (ctx->handshake_timeout_ms > INT_MAX)
+		ctx->handshake_timeout_ms = INT_MAX;
 
 	r = ctx_connect_now(ctx, (int)ctx->connect_timeout_ms);
 	if (r < 0)

@@ -52,6 +52,7 @@ struct ckpt_ctx {
 	char socket_path[108];
 	struct ckpt_msg_hello hello;
 	uint32_t connect_timeout_ms;
+	uint32_t handshake_timeout_ms;
 
 	/* The connection; fd is -1 while disconnected. */
 	int fd;

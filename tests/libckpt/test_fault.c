@@ -209,6 +209,7 @@ static ckpt_options opts_for(const char *path, uint32_t timeout_ms)
 		.world_size = 1,
 		.max_save_bytes = 64 << 10,
 		.connect_timeout_ms = timeout_ms,
+		.handshake_timeout_ms = timeout_ms,
 	};
 	return o;
 }

@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
 # ckpt end to end, in one command: install the dependencies, build, start
-# ckptd, train with 4 ranks that checkpoint every 10 steps, crash them all
-# (SIGKILL) mid-run, inspect what survived, resume every rank from the
-# newest committed checkpoint (verified byte for byte), keep training and
-# verify the whole checkpoint root.
-#
-# The ranks are ckpt-test-rank (tests/integration), which saves
-# deterministic data through libckpt and checks it on restore.
+# ckptd, train ckpt-train (a byte-level language model, data-parallel over
+# 4 MPI ranks, on the Japanese manual pages) with an asynchronous
+# checkpoint every 50 steps, crash the whole job (SIGKILL of mpirun and
+# every rank) mid-run, inspect what survived, restart the job so that it
+# resumes from the newest committed manifest, watch the loss carry on,
+# and verify the whole checkpoint root.
 #
 # Environment:
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
 #   CKPT_DEMO_DIR=DIR     work in a new directory under DIR (default: $TMPDIR or /tmp)
 #   CKPT_DEMO_KEEP=1      keep the work directory afterwards
 #   CKPT_BUILD_DIR=DIR    build directory (default: build)
+#   CKPT_DEMO_DATA=FILE   train on this UTF-8 file instead of the Japanese
+#                         manual pages (ckpt-train --data)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 build=${CKPT_BUILD_DIR:-build}
 ranks=4
 job=demo
+steps=400
+every=50
+crash_after=150 # kill the job once this step is committed
 
 say() { printf '\n==> %s\n' "$*"; }
 # A child that exited stays a zombie until waited for: kill -0 would
@@ -29,6 +33,7 @@ alive() {
 	[ -n "$st" ] && [ "${st:0:1}" != Z ]
 }
 note() { printf '    %s\n' "$*"; }
+indent() { sed 's/^/      /'; }
 
 # ---- 1. dependencies and build ----------------------------------------------
 if [ "${CKPT_SKIP_INSTALL:-0}" != 1 ]; then
@@ -44,11 +49,17 @@ ninja -C "$build" >/dev/null
 bdir=$(cd "$build" && pwd)
 ckptd=$bdir/ckptd/ckptd
 inspect=$bdir/tools/ckpt-inspect
-rank_bin=$bdir/tests/integration/ckpt-test-rank
-for b in "$ckptd" "$inspect" "$rank_bin"; do
-	[ -x "$b" ] || { echo "demo: $b was not built" >&2; exit 1; }
+train=$bdir/trainer/ckpt-train
+for b in "$ckptd" "$inspect" "$train"; do
+	[ -x "$b" ] || { echo "demo: $b was not built (ckpt-train needs Open MPI: libopenmpi-dev)" >&2; exit 1; }
 done
-note "ckptd, ckpt-inspect and the rank program are built"
+command -v mpirun >/dev/null || { echo "demo: mpirun not found (openmpi-bin)" >&2; exit 1; }
+note "ckptd, ckpt-inspect and ckpt-train are built"
+
+# Open MPI: allow root, more ranks than cores, shared memory only.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
+export OMPI_MCA_btl_base_warn_component_unused=0
 
 # ---- 2. a checkpoint root and a daemon ---------------------------------------
 mkdir -p "${CKPT_DEMO_DIR:-${TMPDIR:-/tmp}}"
@@ -57,14 +68,40 @@ root=$work/root
 sock=$work/ckptd.sock
 mkdir -p "$root"
 ckptd_pid=
-rank_pids=()
+job_pid=
+
+# descendants PID: every process below PID.
+descendants() {
+	local c
+	for c in $(pgrep -P "$1"); do
+		echo "$c"
+		descendants "$c"
+	done
+}
+
+# kill_job: SIGKILL mpirun and every rank at once (the job runs in its own
+# process group), then wait until they are gone.
+kill_job() {
+	local pids p i
+	[ -n "$job_pid" ] || return 0
+	pids=$(descendants "$job_pid")
+	kill -9 -- -"$job_pid" "$job_pid" $pids 2>/dev/null || true
+	wait "$job_pid" 2>/dev/null || true
+	job_pid=
+	for i in $(seq 100); do
+		for p in $pids; do
+			alive "$p" && continue 2
+		done
+		return 0
+	done
+	echo "demo: ranks of the killed job are still alive" >&2
+	return 1
+}
 
 cleanup() {
 	local rc=$?
 	set +e
-	for p in "${rank_pids[@]}"; do
-		kill -9 "$p" 2>/dev/null
-	done
+	kill_job
 	if [ -n "$ckptd_pid" ]; then
 		kill "$ckptd_pid" 2>/dev/null
 		wait "$ckptd_pid" 2>/dev/null
@@ -88,7 +125,7 @@ cleanup() {
 trap cleanup EXIT
 
 say "Starting ckptd (root $root)"
-"$ckptd" --root "$root" --socket "$sock" --staging-bytes 512MiB --slots-per-rank 2 \
+"$ckptd" --root "$root" --socket "$sock" --staging-bytes 128MiB --slots-per-rank 2 \
 	--keep-last 3 --log-level info >"$work/ckptd.log" 2>&1 &
 ckptd_pid=$!
 for _ in $(seq 100); do
@@ -99,9 +136,19 @@ done
 [ -S "$sock" ] || { echo "demo: ckptd did not create $sock" >&2; exit 1; }
 note "ckptd is up: pid $ckptd_pid, socket $sock"
 
-# What every rank of the job shares; each adds its own --rank.
-common=(--socket "$sock" --job "$job" --world "$ranks" --seed 7
-	--tensors 6 --min-bytes 256K --max-bytes 4M --timeout-ms 30000)
+# The job, the same command both times: it resumes from the newest
+# committed step of job $job when there is one.
+data=()
+[ -n "${CKPT_DEMO_DATA:-}" ] && data=(--data "$CKPT_DEMO_DATA")
+job_cmd=(mpirun -np "$ranks" "$train" "${data[@]}" --steps "$steps" --log-every 10
+	--ckpt-mode async --ckpt-every "$every" --socket "$sock" --job "$job")
+
+# start_job LOG: the job in the background, in a process group of its own
+# (so that one kill reaches every rank, and bash reports nothing about it).
+start_job() {
+	setsid "${job_cmd[@]}" >"$1" 2>&1 &
+	job_pid=$!
+}
 
 # The job's newest committed step, from its LATEST pointer (0: none yet).
 latest() {
@@ -110,38 +157,33 @@ latest() {
 	[ -f "$root/$job/LATEST" ] && v=$(tr -dc '0-9' <"$root/$job/LATEST")
 	echo $((10#${v:-0}))
 }
+# loss_lines LOG: the training log's loss and checkpoint lines.
+loss_lines() { grep -E '^(step [0-9]+ loss|ckpt step|resumed from)' "$1" || true; }
 
-# ---- 3. train, checkpointing every 10 steps, then crash ----------------------
-say "Training: $ranks ranks, a checkpoint every 10 steps (each rank waits for the commit)"
-for r in $(seq 0 $((ranks - 1))); do
-	"$rank_bin" "${common[@]}" --rank "$r" --first 10 --every 10 --count 0 \
-		--sleep-between-ms 200 --wait >"$work/rank-$r.log" 2>&1 &
-	rank_pids+=($!)
-done
-
+# ---- 3. train, checkpointing every $every steps, then crash ---------------------
+say "Training: ckpt-train on $ranks MPI ranks, $steps steps, an asynchronous checkpoint every $every steps"
+note "${job_cmd[*]}"
+start_job "$work/train-1.log"
 deadline=$((SECONDS + 120))
-while [ "$(latest)" -lt 50 ]; do
-	for i in "${!rank_pids[@]}"; do
-		if ! alive "${rank_pids[$i]}"; then
-			echo "demo: rank $i stopped before the crash" >&2
-			exit 1
-		fi
-	done
-	[ $SECONDS -lt $deadline ] || { echo "demo: no step 50 within 120 s" >&2; exit 1; }
-	sleep 0.1
+while ! grep -q "^ckpt step $crash_after committed" "$work/train-1.log"; do
+	alive "$job_pid" || { echo "demo: the job stopped before the crash" >&2; exit 1; }
+	[ $SECONDS -lt $deadline ] || { echo "demo: step $crash_after not committed within 120 s" >&2; exit 1; }
+	sleep 0.05
 done
-note "committed so far: up to step $(latest); rank 0 says:"
-grep -h 'committed' "$work/rank-0.log" | tail -n 3 | sed 's/^/      /'
+sleep 1.2 # past the commit: the crash lands between two checkpoints
+grep -E '^(data|model|corpus)' "$work/train-1.log" | indent
 
-say "CRASH: kill -9 every rank in the middle of training"
-kill -9 "${rank_pids[@]}"
-wait "${rank_pids[@]}" 2>/dev/null || true
-rank_pids=()
-# ckptd abandons the steps the dead ranks left in flight; let it settle.
+say "CRASH: kill -9 mpirun and every rank in the middle of training"
+kill_job
+# A save handed over before the kill may still commit: let ckptd settle.
 sleep 1
 alive "$ckptd_pid" || { echo "demo: ckptd did not survive its clients' crash" >&2; exit 1; }
 crashed_at=$(latest)
-note "ranks are gone; ckptd kept running; newest committed step: $crashed_at"
+last_step=$(grep -Eo '^step [0-9]+ loss' "$work/train-1.log" | tail -n 1 | cut -d' ' -f2)
+note "the last lines the job printed before it died:"
+loss_lines "$work/train-1.log" | tail -n 8 | indent
+note "ranks are gone; ckptd kept running; newest committed step: $crashed_at (last step logged: $last_step)"
+[ "$crashed_at" -ge "$crash_after" ] || { echo "demo: newest committed step $crashed_at < $crash_after" >&2; exit 1; }
 
 say "What survived (ckptd keeps the newest 3 steps; a step without a manifest does not exist): ckpt-inspect $root"
 "$inspect" "$root"
@@ -149,31 +191,38 @@ say "ckpt-inspect $root/$job"
 "$inspect" "$root/$job"
 
 # ---- 4. resume ---------------------------------------------------------------
-say "Restart: every rank restores the newest committed step and checks it byte for byte"
-for r in $(seq 0 $((ranks - 1))); do
-	"$rank_bin" "${common[@]}" --rank "$r" --restore latest --expect-step "$crashed_at" \
-		>"$work/restore-$r.log" 2>&1 &
-	rank_pids+=($!)
-done
-for i in "${!rank_pids[@]}"; do
-	wait "${rank_pids[$i]}" || { echo "demo: rank $i failed to restore" >&2; exit 1; }
-done
-rank_pids=()
-cat "$work"/restore-*.log | sed 's/^/    /'
-
-say "Training continues from step $crashed_at: 3 more checkpoints"
-for r in $(seq 0 $((ranks - 1))); do
-	"$rank_bin" "${common[@]}" --rank "$r" --first $((crashed_at + 10)) --every 10 --count 3 \
-		--wait >"$work/resume-$r.log" 2>&1 &
-	rank_pids+=($!)
-done
-for i in "${!rank_pids[@]}"; do
-	wait "${rank_pids[$i]}" || { echo "demo: rank $i failed after the restart" >&2; exit 1; }
-done
-rank_pids=()
-grep -h 'committed' "$work/resume-0.log" | sed 's/^/    /'
-[ "$(latest)" -eq $((crashed_at + 30)) ] ||
-	{ echo "demo: LATEST is $(latest), expected $((crashed_at + 30))" >&2; exit 1; }
+say "Restart: the same command; every rank restores its shard of the newest committed step"
+start_job "$work/train-2.log"
+rc=0
+wait "$job_pid" || rc=$?
+job_pid=
+[ "$rc" -eq 0 ] || { echo "demo: the restarted job exited with status $rc" >&2; exit 1; }
+resumed=$(sed -n 's/^resumed from step \([0-9]*\)$/\1/p' "$work/train-2.log")
+[ "$resumed" = "$crashed_at" ] ||
+	{ echo "demo: resumed from step '${resumed}', expected $crashed_at" >&2; exit 1; }
+note "the loss carries on from step $resumed:"
+loss_lines "$work/train-2.log" | head -n 8 | indent
+# Steps resumed..last_step ran twice: a bit-exact resume logs the same loss.
+redone=0
+while read -r line; do
+	n=$(cut -d' ' -f2 <<<"$line")
+	[ "$n" -le "$last_step" ] || break
+	grep -q "^step $n loss" "$work/train-1.log" || continue # step resumed+1 is always logged
+	grep -qxF -- "$line" "$work/train-1.log" ||
+		{ echo "demo: after the resume '$line' differs from the first run" >&2; exit 1; }
+	redone=$((redone + 1))
+done < <(grep -E '^step [0-9]+ loss' "$work/train-2.log")
+note "steps $((resumed + 1))..$last_step ran twice: loss lines compared with the first run: $redone, all identical (bit-exact resume)"
+note "..."
+loss_lines "$work/train-2.log" | tail -n 3 | indent
+grep '^done:' "$work/train-2.log" | indent
+grep -q "^ckpt step $steps committed" "$work/train-2.log" ||
+	{ echo "demo: the last step ($steps) was not committed" >&2; exit 1; }
+[ "$(latest)" -eq "$steps" ] || { echo "demo: LATEST is $(latest), expected $steps" >&2; exit 1; }
+first_loss=$(sed -n 's/^step 1 loss \([0-9.]*\).*/\1/p' "$work/train-1.log")
+final_loss=$(sed -n "s/^step $steps loss \([0-9.]*\).*/\1/p" "$work/train-2.log")
+awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < a - 1) }' ||
+	{ echo "demo: the loss did not fall (step 1: $first_loss, step $steps: $final_loss)" >&2; exit 1; }
 
 # ---- 5. verify and stop --------------------------------------------------------
 say "Verifying every checkpoint: ckpt-inspect --verify $root/$job"
@@ -186,4 +235,4 @@ wait "$ckptd_pid" || rc=$?
 ckptd_pid=
 [ "$rc" -eq 0 ] || { echo "demo: ckptd exited with status $rc" >&2; exit 1; }
 
-say "Demo complete: crashed at step $crashed_at, resumed, committed up to step $(latest), all verified"
+say "Demo complete: crashed after step $last_step, resumed from committed step $crashed_at, trained to step $steps (loss $first_loss -> $final_loss), all verified"

@@ -56,6 +56,7 @@ struct options {
 	int resume;            /* 1: resume from newest committed; 0: --no-resume */
 	uint64_t resume_step;  /* 0: newest; else --resume STEP */
 	uint64_t wait_ms;      /* how long to wait for the last save at exit */
+	uint64_t step_sleep_ms; /* pause after each step (tests: a slow job) */
 };
 
 /* The user blob of a checkpoint; also the header of a --dump file. */
@@ -91,7 +92,15 @@ struct trainer {
 	uint64_t last_saved;
 	double stall_s;
 	uint64_t saves, saves_failed;
+	/* Reconnect backoff while ckptd is unreachable: the same on every
+	 * rank (decided collectively); retry_at is rank 0's clock only. */
+	double backoff_s;       /* 0: reachable */
+	double retry_at;
 };
+
+/* First and longest wait between save attempts while ckptd is unreachable. */
+#define BACKOFF_FIRST_S 1.0
+#define BACKOFF_MAX_S 30.0
 
 static int g_rank;
 
@@ -162,6 +171,10 @@ static void usage(FILE *f)
 "  --sync-dir DIR   where --ckpt-mode sync writes\n"
 "  --resume STEP    resume from STEP           --no-resume  start fresh\n"
 "  --wait-ms N      wait this long at exit for the last save's outcome (30000)\n"
+"  While ckptd is unreachable, saves are skipped (reported as failed) and\n"
+"  retried after 1 s, doubling up to 30 s; training never waits for ckptd.\n"
+"Testing:\n"
+"  --step-sleep-ms N  sleep N ms after every step (0)\n"
 "  --dump PATH      write the final state; %%r in PATH is the rank, else .RANK is appended\n");
 }
 
@@ -190,7 +203,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 	enum { O_CTX = 256, O_EMBD, O_HIDDEN, O_LAYERS, O_BATCH, O_SEQ, O_STEPS, O_LR,
 	       O_WARMUP, O_MINLR, O_WD, O_CLIP, O_SEED, O_LOG, O_MODE, O_EVERY, O_SOCKET,
 	       O_JOB, O_SYNCDIR, O_RESUME, O_NORESUME, O_DUMP, O_DATA, O_MANDIR, O_CACHE,
-	       O_WAIT, O_HELP };
+	       O_WAIT, O_SLEEP, O_HELP };
 	static const struct option lo[] = {
 		{"ctx", 1, 0, O_CTX}, {"embd", 1, 0, O_EMBD}, {"hidden", 1, 0, O_HIDDEN},
 		{"layers", 1, 0, O_LAYERS}, {"batch", 1, 0, O_BATCH}, {"seq", 1, 0, O_SEQ},
@@ -201,7 +214,8 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{"sync-dir", 1, 0, O_SYNCDIR}, {"resume", 1, 0, O_RESUME},
 		{"no-resume", 0, 0, O_NORESUME}, {"dump", 1, 0, O_DUMP}, {"data", 1, 0, O_DATA},
 		{"man-dir", 1, 0, O_MANDIR}, {"corpus-cache", 1, 0, O_CACHE},
-		{"wait-ms", 1, 0, O_WAIT}, {"help", 0, 0, O_HELP}, {0, 0, 0, 0},
+		{"wait-ms", 1, 0, O_WAIT}, {"step-sleep-ms", 1, 0, O_SLEEP},
+		{"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 	};
 	*o = (struct options){
 		.model = {.ctx = 8, .embd = 16, .hidden = 128, .layers = 1},
@@ -248,6 +262,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_MANDIR: o->man_dir = optarg; break;
 		case O_CACHE: o->cache = optarg; break;
 		case O_WAIT: o->wait_ms = parse_u64("wait-ms", optarg, 0, 86400000); break;
+		case O_SLEEP: o->step_sleep_ms = parse_u64("step-sleep-ms", optarg, 0, 60000); break;
 		case 'h':
 		case O_HELP:
 			if (g_rank == 0)
@@ -498,20 +513,27 @@ static void poll_events(struct trainer *t)
 		log_event(t, &st);
 }
 
-static void save_async(struct trainer *t)
+/*
+ * Hand step t->step to ckptd. Returns 1 when ckptd could not be reached
+ * (no connection, or it went away during the save), else 0 (saved, or
+ * failed for another reason; failures are logged either way).
+ */
+static int save_async(struct trainer *t)
 {
 	ckpt_save *sv = NULL;
 	ckpt_tensor_desc d;
 	struct train_blob blob;
 	double t0 = now_s();
-	int r;
+	int r, unreachable = 0;
 
 	t->saves++;
 	if (!t->ck) {
 		/* ckptd was down at start: try again, briefly. */
 		r = ck_connect(t, 200);
-		if (r < 0)
+		if (r < 0) {
+			unreachable = 1;
 			goto fail;
+		}
 	}
 	r = ckpt_save_begin(t->ck, t->step, &sv);
 	if (r < 0)
@@ -533,14 +555,66 @@ static void save_async(struct trainer *t)
 	if (r < 0)
 		goto fail;
 	t->last_saved = t->step;
-	return;
+	return 0;
 abort:
 	ckpt_save_abort(sv);
 fail:
 	t->stall_s += now_s() - t0;
 	t->saves_failed++;
+	if (r == -CKPT_E_DISCONNECTED)
+		unreachable = 1;
 	say("ckpt step %" PRIu64 " %s: rank %d: %s", t->step,
 	    r == -CKPT_E_SKIPPED ? "skipped" : "failed", t->rank, ckpt_strerror(r));
+	return unreachable;
+}
+
+/*
+ * A save step in async mode. While ckptd is unreachable every reconnect
+ * attempt costs up to its connect timeout, so attempts back off
+ * exponentially in wall time. The ranks decide together: rank 0's clock
+ * says whether to try (a flag it broadcasts, no waiting), and if any rank
+ * could not reach ckptd all back off, so that no rank saves a step the
+ * others skip (such a step could never commit).
+ */
+static void save_async_step(struct trainer *t)
+{
+	int attempt = 1, lost, any_lost;
+	double now = now_s();
+
+	if (t->rank == 0)
+		attempt = t->backoff_s == 0 || now >= t->retry_at;
+	MPI_Bcast(&attempt, 1, MPI_INT, 0, MPI_COMM_WORLD);
+	if (!attempt) {
+		t->saves++;
+		t->saves_failed++;
+		if (t->rank == 0)
+			say("ckpt step %" PRIu64 " failed: ckptd unreachable (retry in %.1f s)",
+			    t->step, t->retry_at - now);
+		return;
+	}
+	lost = save_async(t);
+	MPI_Allreduce(&lost, &any_lost, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	if (any_lost) {
+		t->backoff_s = t->backoff_s == 0 ? BACKOFF_FIRST_S : t->backoff_s * 2;
+		if (t->backoff_s > BACKOFF_MAX_S)
+			t->backoff_s = BACKOFF_MAX_S;
+		/* A context that lost ckptd would reconnect inside the next
+		 * ckpt_save_begin() with the timeout it was opened with (up to
+		 * a second, a stall per attempt); a fresh connect is bounded
+		 * by ck_connect's short timeout instead. Outcomes not yet
+		 * reported are lost with the daemon anyway. */
+		ckpt_close(t->ck);
+		t->ck = NULL;
+		t->last_saved = 0;
+		if (t->rank == 0) {
+			t->retry_at = now_s() + t->backoff_s;
+			say("ckpt: ckptd unreachable; next save attempt in %.0f s", t->backoff_s);
+		}
+	} else if (t->backoff_s != 0) {
+		t->backoff_s = 0;
+		if (t->rank == 0)
+			say("ckpt: ckptd reachable again");
+	}
 }
 
 static int write_all(int fd, const void *p, size_t n)
@@ -855,9 +929,17 @@ int main(int argc, char **argv)
 			poll_events(&t);
 		if (o->ckpt_every && step % o->ckpt_every == 0) {
 			if (o->mode == MODE_ASYNC)
-				save_async(&t);
+				save_async_step(&t);
 			else if (o->mode == MODE_SYNC)
 				save_sync(&t);
+		}
+		if (o->step_sleep_ms) {
+			struct timespec ts = {
+				.tv_sec = (time_t)(o->step_sleep_ms / 1000),
+				.tv_nsec = (long)(o->step_sleep_ms % 1000) * 1000000L,
+			};
+			while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+				;
 		}
 	}
 	double secs = now_s() - t0;

@@ -31,6 +31,11 @@
 #define TAG_RING ((void *)3)
 #define TAG_WORKERS ((void *)4)
 
+static bool is_tag(const void *p)
+{
+	return p == TAG_LISTEN || p == TAG_SIGNAL || p == TAG_RING || p == TAG_WORKERS;
+}
+
 
 
 /* ---- Sending -------------------------------------------------------- */
@@ -1050,6 +1055,13 @@ int server_run(struct ckptd_config *cfg)
 			log_error("server", "epoll_wait: %s", strerror(-r));
 			goto out;
 		}
+		/* Any handler may disconnect any client: every client of this
+		 * batch stays allocated until the batch is done. (A client is
+		 * removed from the epoll set when it is killed, so all of them
+		 * are alive here.) */
+		for (int i = 0; i < n; i++)
+			if (!is_tag(evs[i].data.ptr))
+				((struct client *)evs[i].data.ptr)->refs++;
 		for (int i = 0; i < n; i++) {
 			void *tag = evs[i].data.ptr;
 			if (tag == TAG_LISTEN) {
@@ -1062,25 +1074,20 @@ int server_run(struct ckptd_config *cfg)
 				workers_dispatch(d->workers);
 			} else {
 				struct client *c = tag;
-				/* A client killed earlier in this batch is no longer
-				 * in the epoll set but may still be in evs: its
-				 * memory lives while refs > 0 only, so look it up. */
-				bool live = false;
-				for (struct client *x = d->clients; x; x = x->next)
-					if (x == c && !x->dead)
-						live = true;
-				if (!live)
+				/* Killed by a handler earlier in this batch: still
+				 * allocated (see below), nothing more to do. */
+				if (c->dead)
 					continue;
-				/* Handlers may disconnect c: keep it alive meanwhile. */
-				c->refs++;
 				if (evs[i].events & EPOLLOUT)
 					if (client_flush(c) < 0)
 						client_kill(c, "send failed");
 				if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)))
 					on_client_readable(c);
-				client_unref(c);
 			}
 		}
+		for (int i = 0; i < n; i++)
+			if (!is_tag(evs[i].data.ptr))
+				client_unref(evs[i].data.ptr);
 	}
 	log_info("server", "stopped cleanly");
 	r = 0;

@@ -310,6 +310,22 @@ static void expect_refused(const char *cs, int fd)
 	}
 }
 
+/* Open a session, send what build() makes of it, require a refusal. */
+static void refused_in_session(const char *cs, void (*build)(struct session *s, struct buf *w))
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	build(&s, &w);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
 /* ---- tables -------------------------------------------------------------- */
 
 struct raw_tensor {
@@ -554,19 +570,14 @@ static void case_server_message(const char *cs)
 	send_first(cs, &w, -1);
 }
 
+static void build_second_hello(struct session *s, struct buf *w)
+{
+	build_hello(w, s->job, strlen(s->job), 0, 1, 1 << 20);
+}
+
 static void case_second_hello(const char *cs)
 {
-	struct session s;
-	struct buf w;
-
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	build_hello(&w, s.job, strlen(s.job), 0, 1, 1 << 20);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+	refused_in_session(cs, build_second_hello);
 }
 
 static void hostile_job(const char *cs, const char *job, size_t len)
@@ -648,56 +659,41 @@ static void case_save_slot_range(const char *cs)
 	session_close(&s);
 }
 
+static void build_restore_slot_range(struct session *s, struct buf *w)
+{
+	begin_msg(w, CKPT_MSG_RESTORE, 3);
+	put64(w, CKPT_NO_STEP);
+	put32(w, s->slots + 7);
+	put32(w, 0);
+	finish_msg(w);
+}
+
 static void case_restore_slot_range(const char *cs)
 {
-	struct session s;
-	struct buf w;
+	refused_in_session(cs, build_restore_slot_range);
+}
 
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	begin_msg(&w, CKPT_MSG_RESTORE, 3);
-	put64(&w, CKPT_NO_STEP);
-	put32(&w, s.slots + 7);
-	put32(&w, 0);
-	finish_msg(&w);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+static void build_table_bytes_huge(struct session *s, struct buf *w)
+{
+	good_table(s, 0, 10);
+	/* Within the protocol's table limit, far beyond the slot. */
+	build_save(w, 10, 0, 8192, 8192, CKPT_TABLE_MAX_BYTES);
 }
 
 static void case_table_bytes_huge(const char *cs)
 {
-	struct session s;
-	struct buf w;
+	refused_in_session(cs, build_table_bytes_huge);
+}
 
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	good_table(&s, 0, 10);
-	/* Within the protocol's table limit, far beyond the slot. */
-	build_save(&w, 10, 0, 8192, 8192, CKPT_TABLE_MAX_BYTES);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+static void build_table_offset_huge(struct session *s, struct buf *w)
+{
+	good_table(s, 0, 10);
+	build_save(w, 10, 0, 8192, (UINT64_MAX / 4096 - 10) * 4096, 64);
 }
 
 static void case_table_offset_huge(const char *cs)
 {
-	struct session s;
-	struct buf w;
-
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	good_table(&s, 0, 10);
-	build_save(&w, 10, 0, 8192, (UINT64_MAX / 4096 - 10) * 4096, 64);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+	refused_in_session(cs, build_table_offset_huge);
 }
 
 static void case_table_count_huge(const char *cs)
@@ -718,20 +714,15 @@ static void case_table_count_huge(const char *cs)
 	session_close(&s);
 }
 
+static void build_table_garbage(struct session *s, struct buf *w)
+{
+	memset(s->arena + 8192, 0xee, 4096);
+	build_save(w, 10, 0, 8192, 8192, 4096);
+}
+
 static void case_table_garbage(const char *cs)
 {
-	struct session s;
-	struct buf w;
-
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	memset(s.arena + 8192, 0xee, 4096);
-	build_save(&w, 10, 0, 8192, 8192, 4096);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+	refused_in_session(cs, build_table_garbage);
 }
 
 static void case_name_slash(const char *cs)
@@ -864,38 +855,28 @@ static void case_step_repeat(const char *cs)
 	session_close(&s);
 }
 
+static void build_release_not_held(struct session *s, struct buf *w)
+{
+	begin_msg(w, CKPT_MSG_RELEASE, 5);
+	put32(w, 0);
+	finish_msg(w);
+}
+
 static void case_release_not_held(const char *cs)
 {
-	struct session s;
-	struct buf w;
+	refused_in_session(cs, build_release_not_held);
+}
 
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	begin_msg(&w, CKPT_MSG_RELEASE, 5);
-	put32(&w, 0);
-	finish_msg(&w);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+static void build_trailing_bytes(struct session *s, struct buf *w)
+{
+	begin_msg(w, CKPT_MSG_LIST, 6);
+	put32(w, 0xdeadbeef);
+	finish_msg(w);
 }
 
 static void case_trailing_bytes(const char *cs)
 {
-	struct session s;
-	struct buf w;
-
-	if (session_open(&s, cs, 1 << 20) < 0) {
-		fail_count++;
-		return;
-	}
-	begin_msg(&w, CKPT_MSG_LIST, 6);
-	put32(&w, 0xdeadbeef);
-	finish_msg(&w);
-	send_raw(s.fd, w.b, w.n, -1);
-	expect_refused(cs, s.fd);
-	session_close(&s);
+	refused_in_session(cs, build_trailing_bytes);
 }
 
 static void case_huge_max_save(const char *cs)

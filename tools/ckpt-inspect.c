@@ -21,6 +21,7 @@
 
 #include "ckpt-build-config.h"
 #include "store.h"
+#include "toolutil.h"
 
 enum {
 	EXIT_VERIFY = 1,
@@ -54,22 +55,6 @@ static void errmsg(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-}
-
-static void human_bytes(char *buf, size_t cap, uint64_t n)
-{
-	static const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
-	double v = (double)n;
-	unsigned u = 0;
-
-	while (v >= 1024.0 && u < 6) {
-		v /= 1024.0;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, cap, "%" PRIu64 " B", n);
-	else
-		snprintf(buf, cap, "%.1f %s", v, unit[u]);
 }
 
 static void format_time(char *buf, size_t cap, int64_t unix_ns)
@@ -137,74 +122,6 @@ static json_t *json_time(int64_t unix_ns)
 	return json_string(buf);
 }
 
-/* ---- Progress ------------------------------------------------------------ */
-
-struct progress {
-	bool on;
-	char label[48];
-	uint64_t base, total;
-	struct timespec start, last;
-	bool drawn;
-};
-
-static double seconds_between(const struct timespec *a, const struct timespec *b)
-{
-	return (double)(b->tv_sec - a->tv_sec) + (double)(b->tv_nsec - a->tv_nsec) / 1e9;
-}
-
-static void progress_begin(struct progress *p, const char *label, uint64_t total)
-{
-	snprintf(p->label, sizeof(p->label), "%s", label);
-	p->base = 0;
-	p->total = total;
-	p->drawn = false;
-	clock_gettime(CLOCK_MONOTONIC, &p->start);
-	p->last = p->start;
-}
-
-static void progress_draw(struct progress *p, uint64_t done, bool force)
-{
-	struct timespec now;
-	char d[32], t[32], bar[31];
-	double el, rate;
-
-	if (!p->on)
-		return;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (!force && seconds_between(&p->last, &now) < 0.1)
-		return;
-	p->last = now;
-	el = seconds_between(&p->start, &now);
-	rate = el > 0 ? (double)done / el : 0;
-	unsigned fill = p->total ? (unsigned)((double)done / (double)p->total * 30.0) : 30;
-	if (fill > 30)
-		fill = 30;
-	memset(bar, '#', fill);
-	memset(bar + fill, '.', 30 - fill);
-	bar[30] = '\0';
-	human_bytes(d, sizeof(d), done);
-	human_bytes(t, sizeof(t), p->total);
-	fprintf(stderr, "\r\033[K%s [%s] %s / %s  %.0f MB/s", p->label, bar, d, t,
-		rate / 1e6);
-	if (rate > 0 && p->total > done)
-		fprintf(stderr, "  ETA %.0fs", (double)(p->total - done) / rate);
-	p->drawn = true;
-}
-
-static void progress_cb(void *opaque, uint64_t done, uint64_t total)
-{
-	struct progress *p = opaque;
-
-	(void)total;
-	progress_draw(p, p->base + done, false);
-}
-
-static void progress_end(struct progress *p)
-{
-	if (p->on && p->drawn)
-		fputs("\r\033[K", stderr);
-}
-
 /* ---- Opening --------------------------------------------------------------- */
 
 static int open_dir(const char *path)
@@ -262,7 +179,7 @@ static uint64_t manifest_data_bytes(const struct ckpt_manifest *m, const struct 
  * asked; prints text otherwise. Returns an exit status.
  */
 static int verify_step(int jobfd, const char *job, uint64_t step,
-		       const struct opts *o, struct progress *pg, json_t **out)
+		       const struct opts *o, struct tool_progress *pg, json_t **out)
 {
 	struct ckpt_manifest m = { 0 };
 	char err[512] = "", first[512] = "", label[48], hb[32];
@@ -285,13 +202,13 @@ static int verify_step(int jobfd, const char *job, uint64_t step,
 		goto report;
 	}
 	snprintf(label, sizeof(label), "step %" PRIu64, step);
-	progress_begin(pg, label, manifest_data_bytes(&m, o));
+	tool_progress_begin(pg, label, manifest_data_bytes(&m, o));
 	for (uint32_t rank = 0; rank < m.world_size; rank++) {
 		struct store_verify_result res;
 
 		if (o->have_rank && o->rank != rank)
 			continue;
-		r = store_verify_rank(jobfd, &m, rank, progress_cb, pg, &res);
+		r = store_verify_rank(jobfd, &m, rank, tool_progress_cb, pg, &res);
 		pg->base += res.bytes;
 		checked++;
 		bytes += res.bytes;
@@ -316,15 +233,15 @@ static int verify_step(int jobfd, const char *job, uint64_t step,
 							       : json_null());
 			json_array_append_new(jranks, jr);
 		} else if (!o->quiet && o->have_rank) {
-			progress_end(pg);
-			human_bytes(hb, sizeof(hb), res.bytes);
+			tool_progress_end(pg);
+			tool_human_bytes(hb, sizeof(hb), res.bytes);
 			if (r == 0)
 				printf("  rank %" PRIu32 ": OK (%s, %" PRIu64 " chunks)\n",
 				       rank, hb, res.chunks);
 		}
 	}
-	progress_draw(pg, pg->base, true);
-	progress_end(pg);
+	tool_progress_draw(pg, pg->base, true);
+	tool_progress_end(pg);
 
 report:
 	if (o->json) {
@@ -344,7 +261,7 @@ report:
 			printf("step %" PRIu64 ": %" PRIu64 " bad chunks of %" PRIu64 "\n",
 			       step, bad, chunks);
 	} else if (!o->quiet) {
-		human_bytes(hb, sizeof(hb), bytes);
+		tool_human_bytes(hb, sizeof(hb), bytes);
 		printf("step %" PRIu64 ": OK (%" PRIu32 " rank%s, %s, %" PRIu64
 		       " chunks)\n", step, checked, checked == 1 ? "" : "s", hb, chunks);
 	}
@@ -354,7 +271,7 @@ report:
 }
 
 static int verify_job(int jobfd, const char *job, const struct opts *o,
-		      struct progress *pg, json_t **out)
+		      struct tool_progress *pg, json_t **out)
 {
 	uint64_t *steps = NULL;
 	size_t n = 0;
@@ -393,7 +310,7 @@ static int verify_job(int jobfd, const char *job, const struct opts *o,
 /* ---- Listing ------------------------------------------------------------------ */
 
 static int list_root(int rootfd, const char *path, const struct opts *o,
-		     struct progress *pg, json_t **out)
+		     struct tool_progress *pg, json_t **out)
 {
 	char **jobs = NULL;
 	size_t njobs = 0;
@@ -452,7 +369,7 @@ static int list_root(int rootfd, const char *path, const struct opts *o,
 					    have_latest ? json_u64(latest) : json_null());
 			json_array_append_new(jjobs, jj);
 		} else if (!o->quiet) {
-			human_bytes(hb, sizeof(hb), total);
+			tool_human_bytes(hb, sizeof(hb), total);
 			if (have_latest)
 				snprintf(lb, sizeof(lb), "%" PRIu64, latest);
 			else
@@ -575,7 +492,7 @@ static int list_job(int jobfd, const char *job, const struct opts *o, json_t **o
 		} else if (!o->quiet) {
 			char hb[32], tb[64];
 
-			human_bytes(hb, sizeof(hb), bytes);
+			tool_human_bytes(hb, sizeof(hb), bytes);
 			format_time(tb, sizeof(tb), created);
 			printf("%12" PRIu64 "  %-11s %6" PRIu32 " %12s  %-20s%s\n",
 			       steps[i], state, ranks, hb, tb, is_latest ? "  LATEST" : "");
@@ -606,7 +523,7 @@ static void print_manifest_text(const struct ckpt_manifest *m, bool is_latest,
 {
 	char hb[32], tb[64], hex[65];
 
-	human_bytes(hb, sizeof(hb), store_manifest_bytes(m));
+	tool_human_bytes(hb, sizeof(hb), store_manifest_bytes(m));
 	format_time(tb, sizeof(tb), m->created_unix_ns);
 	printf("job              %s\n", m->job);
 	printf("step             %" PRIu64 "%s\n", m->step, is_latest ? "  (LATEST)" : "");
@@ -621,7 +538,7 @@ static void print_manifest_text(const struct ckpt_manifest *m, bool is_latest,
 		if (o->have_rank && o->rank != r)
 			continue;
 		ckpt_hex(hex, mr->index_sha256, 32);
-		human_bytes(hb, sizeof(hb), mr->shard_bytes);
+		tool_human_bytes(hb, sizeof(hb), mr->shard_bytes);
 		printf("\nrank %" PRIu32 "\n", mr->rank);
 		printf("  shard_bytes    %" PRIu64 "  (%s)\n", mr->shard_bytes, hb);
 		printf("  index_bytes    %" PRIu64 "\n", mr->index_bytes);
@@ -961,7 +878,7 @@ int main(int argc, char **argv)
 	};
 	struct opts o = { .progress = true };
 	struct target t = { 0 };
-	struct progress pg = { 0 };
+	struct tool_progress pg = { 0 };
 	json_t *doc = NULL;
 	int c, status, fd;
 

@@ -30,6 +30,9 @@ usage: bench/train-bench.sh --dir DIR [options]
   --model "FLAGS"  ckpt-train model flags (default: --ctx 16 --embd 128
                    --hidden 4096 --layers 6 --batch 1 --seq 1: 93.4 M
                    parameters, 1.04 GiB of master weights + Adam m and v)
+  --device D       cpu (default) or cuda: where ckpt-train trains (cuda: a
+                   build with -Dgpu=enabled, one GPU per rank; a save's
+                   stall is then the device-to-host copy into ckpt's arena)
   --keep           keep DIR/train-bench-PID
 USAGE
 }
@@ -42,6 +45,7 @@ steps=24
 reps=2
 model="--ctx 16 --embd 128 --hidden 4096 --layers 6 --batch 1 --seq 1"
 keep=0
+device=cpu
 while [ $# -gt 0 ]; do
 	case $1 in
 	--dir) dir=$2; shift 2 ;;
@@ -51,6 +55,7 @@ while [ $# -gt 0 ]; do
 	--steps) steps=$2; shift 2 ;;
 	--reps) reps=$2; shift 2 ;;
 	--model) model=$2; shift 2 ;;
+	--device) device=$2; shift 2 ;;
 	--keep) keep=1; shift ;;
 	-h|--help) usage; exit 0 ;;
 	*) usage >&2; exit 2 ;;
@@ -70,6 +75,7 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_base_warn_component_unused=0
 
 read -ra mflags <<<"$model"
+mflags+=(--device "$device")
 
 # The model's size, from a zero-step run (no checkpointing).
 probe=$(mpirun -np "$np" "$train" "${mflags[@]}" --steps 0 --ckpt-mode off 2>&1) ||
@@ -135,7 +141,7 @@ done
 echo "train-bench: $np ranks, $params parameters, checkpointed state $(mib "$state") in all" \
 	"($(mib $((state / np))) per rank), a checkpoint every $every steps, $steps steps per run," \
 	"$saves saves, $reps repetitions; dir $dir"
-echo "model: $model"
+echo "model: $model; device: $device"
 
 declare -A sps stall
 modes=(off sync async)

@@ -97,6 +97,7 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 	c->slot_bytes = slot_bytes;
 	c->slots = slots;
 	d->staging_used += bytes;
+	metrics_set(M_STAGING_USED_BYTES, (double)d->staging_used);
 	return 0;
 fail:
 	close(fd);
@@ -144,6 +145,7 @@ void arena_destroy(struct client *c)
 	if (c->arena) {
 		munmap(c->arena, c->arena_bytes);
 		c->d->staging_used -= c->arena_bytes;
+		metrics_set(M_STAGING_USED_BYTES, (double)c->d->staging_used);
 		c->arena = NULL;
 	}
 	if (c->arena_fd >= 0) {

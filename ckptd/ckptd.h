@@ -16,7 +16,9 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "events.h"
 #include "log.h"
+#include "metrics.h"
 #include "proto.h"
 #include "store.h"
 #include "workers.h"
@@ -68,6 +70,7 @@ struct client {
 	/* replies that did not fit the socket buffer */
 	struct outmsg *out_head, *out_tail;
 	bool want_out;
+	int64_t slots_busy_since; /* every slot SAVING since (now_ns), or 0 */
 };
 
 /* One rank's durable shard of a step: its vote. */
@@ -97,6 +100,7 @@ struct step {
 	int error;
 	char reason[CKPT_REASON_MAX + 1];
 	bool removing;             /* its directory is being removed */
+	bool skipped;              /* failed because a rank skipped it (backpressure) */
 	int64_t opened_ns;
 };
 
@@ -147,6 +151,8 @@ struct daemon {
 	int direct_io;             /* -1 unknown, 0 no, 1 yes (auto mode) */
 	bool stopping;
 	bool can_mlock;
+	struct metrics_http *metrics; /* the metrics endpoint, or NULL */
+	struct uploader *uploader;    /* the S3 tier, or NULL (uploader.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
 };
 
@@ -170,6 +176,9 @@ void writer_register_arena(struct client *c);
 void writer_unregister_arena(struct client *c);
 void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe);
 void writer_pump(struct daemon *d);
+/* A slot of c changed state: account the time every slot was busy
+ * saving (metrics, stall events). */
+void slots_watch(struct client *c);
 
 /* coord.c */
 int coord_recover(struct daemon *d);

@@ -23,6 +23,8 @@
  * directory's config.h. */
 #include "ckpt-build-config.h"
 #include "config.h"
+#include "events.h"
+#include "metrics.h"
 #include "proto.h"
 
 #define CONFIG_DEFAULT_FILE CKPT_SYSCONFDIR "/ckpt/ckptd.conf"
@@ -45,6 +47,7 @@ struct config_option {
 	const char *description;   /* '\n'-separated lines: reference file, --help */
 	size_t offset, size;       /* where the parsed value goes */
 	bool computed_default;     /* def is the fallback of a rule in description */
+	bool secret;               /* may hold a token: --check-config hides it */
 };
 
 #define FIELD(m) offsetof(struct ckptd_config, m), sizeof(((struct ckptd_config *)0)->m)
@@ -53,6 +56,7 @@ static const char *const direct_io_values[] = { "auto", "on", "off", NULL };
 static const char *const backpressure_values[] = { "block", "skip", NULL };
 static const char *const log_level_values[] = { "error", "warn", "info", "debug", NULL };
 static const char *const lock_memory_values[] = { "auto", "on", "off", NULL };
+static const char *const s3_addressing_values[] = { "auto", "path", "virtual", NULL };
 
 static const struct config_option options[] = {
 	{
@@ -208,6 +212,183 @@ static const struct config_option options[] = {
 			"pinning pages on every request. Falls back to plain buffers when\n"
 			"registration fails (RLIMIT_MEMLOCK).",
 		.offset = FIELD(fixed_buffers),
+	},
+	{
+		.key = "metrics_listen", .type = OPT_STRING, .def = "127.0.0.1:9464",
+		.arg = "HOST:PORT", .help = "Prometheus metrics endpoint; \"off\" = none",
+		.description =
+			"Address of the HTTP endpoint serving Prometheus metrics\n"
+			"(GET /metrics) and a health check (GET /healthz): a numeric\n"
+			"IPv4 address and port, or [IPv6]:port. Port 0 picks a free port\n"
+			"(logged, and written to metrics_port_file). Empty or \"off\": no\n"
+			"endpoint. Metrics are listed in docs/METRICS.md.",
+		.offset = FIELD(metrics_listen),
+	},
+	{
+		.key = "metrics_port_file", .type = OPT_STRING, .def = "",
+		.arg = "PATH", .help = "file the metrics port is written to",
+		.description =
+			"When set, the port the metrics endpoint listens on is written\n"
+			"to this file at start-up (useful with port 0). Empty: none.",
+		.offset = FIELD(metrics_port_file),
+	},
+	{
+		.key = "webhook_url", .type = OPT_STRING, .def = "", .secret = true,
+		.arg = "URL", .help = "http(s) URL events are POSTed to",
+		.description =
+			"Events (step committed, save failed or skipped, S3 upload given\n"
+			"up, stall, peer lost) are POSTed here as Slack-compatible JSON\n"
+			"({\"text\": ...} plus structured fields). The URL may hold a\n"
+			"secret token: it is never logged (only its scheme and host);\n"
+			"prefer the environment (CKPTD_WEBHOOK_URL) to a command line.\n"
+			"Empty: no events are sent.",
+		.offset = FIELD(webhook_url),
+	},
+	{
+		.key = "webhook_events", .type = OPT_STRING, .def = "all",
+		.arg = "LIST", .help = "events sent to the webhook",
+		.description =
+			"Events sent to webhook_url, separated by commas: committed,\n"
+			"failed, skipped, s3_failed, stall, peer_lost, or all.",
+		.offset = FIELD(webhook_events),
+	},
+	{
+		.key = "webhook_rate", .type = OPT_UINT, .def = "20", .min = 1, .max = 6000,
+		.arg = "N", .help = "webhook messages per minute at most",
+		.description =
+			"Webhook messages per minute at most (a token bucket holding N).\n"
+			"Events beyond it wait in the queue, where identical ones (numbers\n"
+			"aside) merge into one message that says how many it stands for.",
+		.offset = FIELD(webhook_rate),
+	},
+	{
+		.key = "webhook_queue", .type = OPT_UINT, .def = "64", .min = 1, .max = 4096,
+		.arg = "N", .help = "webhook events waiting at most",
+		.description =
+			"Events waiting to be sent at most; further ones are dropped and\n"
+			"counted (ckpt_webhook_events_total{outcome=\"dropped\"}).",
+		.offset = FIELD(webhook_queue),
+	},
+	{
+		.key = "stall_warn_ms", .type = OPT_UINT, .def = "30000", .min = 0, .max = 86400000,
+		.arg = "MS", .help = "report a rank without a free slot this long; 0 = never",
+		.description =
+			"A \"stall\" event is sent when a rank had every staging slot busy\n"
+			"with saves being written for longer than this many milliseconds:\n"
+			"a save begun then waits (backpressure block) or is skipped.\n"
+			"0: never.",
+		.offset = FIELD(stall_warn_ms),
+	},
+	{
+		.key = "s3_url", .type = OPT_STRING, .def = "",
+		.arg = "s3://BUCKET[/PREFIX]", .help = "upload committed steps here; empty = no S3 tier",
+		.description =
+			"S3 tier: every committed step is uploaded under\n"
+			"s3://BUCKET/PREFIX/<job>/step-<N>/, the manifest last (the S3\n"
+			"commit). Credentials, region and endpoint follow the AWS\n"
+			"conventions (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,\n"
+			"AWS_SESSION_TOKEN, AWS_PROFILE, AWS_REGION, AWS_ENDPOINT_URL_S3,\n"
+			"AWS_ENDPOINT_URL, ~/.aws/credentials and ~/.aws/config) unless\n"
+			"the s3_* keys below set them. Empty: no S3 tier.",
+		.offset = FIELD(s3_url),
+	},
+	{
+		.key = "s3_endpoint", .type = OPT_STRING, .def = "",
+		.arg = "URL", .help = "S3 endpoint; empty = the AWS way",
+		.description =
+			"S3 endpoint URL (http://host:port or https://host), for\n"
+			"S3-compatible stores (Ceph RGW, MinIO). Empty: AWS_ENDPOINT_URL_S3,\n"
+			"AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS itself.",
+		.offset = FIELD(s3_endpoint),
+	},
+	{
+		.key = "s3_region", .type = OPT_STRING, .def = "",
+		.arg = "REGION", .help = "S3 region; empty = the AWS way",
+		.description =
+			"Region used to sign requests. Empty: AWS_REGION,\n"
+			"AWS_DEFAULT_REGION, the profile's region, else us-east-1.",
+		.offset = FIELD(s3_region),
+	},
+	{
+		.key = "s3_profile", .type = OPT_STRING, .def = "",
+		.arg = "NAME", .help = "profile in the AWS shared files",
+		.description =
+			"Profile of ~/.aws/credentials and ~/.aws/config to use.\n"
+			"Empty: AWS_PROFILE, else \"default\".",
+		.offset = FIELD(s3_profile),
+	},
+	{
+		.key = "s3_addressing", .type = OPT_ENUM, .def = "auto", .values = s3_addressing_values,
+		.arg = "auto|path|virtual", .help = "bucket in the host name or the path",
+		.description =
+			"virtual: https://BUCKET.host/key; path: https://host/BUCKET/key;\n"
+			"auto: the profile's s3 addressing_style, else virtual for AWS\n"
+			"endpoints and DNS-safe buckets, path for anything else.",
+		.offset = FIELD(s3_addressing),
+	},
+	{
+		.key = "s3_ca_bundle", .type = OPT_STRING, .def = "",
+		.arg = "FILE", .help = "CA certificates (PEM) for https endpoints",
+		.description =
+			"PEM file of CA certificates to verify the endpoint with. Empty:\n"
+			"AWS_CA_BUNDLE, the profile's ca_bundle, else the system's.\n"
+			"Certificates are always verified.",
+		.offset = FIELD(s3_ca_bundle),
+	},
+	{
+		.key = "s3_part_size", .type = OPT_SIZE, .def = "16MiB",
+		.min = 5ull << 20, .max = 5ull << 30,
+		.arg = "SIZE", .help = "multipart upload part size",
+		.description =
+			"Preferred part of a multipart upload, 5MiB to 5GiB; raised for\n"
+			"shards that would need more than 10,000 parts. Files up to this\n"
+			"size are sent in one PUT. Each part in flight holds a buffer of\n"
+			"this size: memory is s3_parallel x s3_part_size.",
+		.offset = FIELD(s3_part_bytes),
+	},
+	{
+		.key = "s3_parallel", .type = OPT_UINT, .def = "4", .min = 1, .max = 256,
+		.arg = "N", .help = "parts (or small objects) in flight",
+		.description =
+			"Parts or whole small objects uploaded at once. More hides the\n"
+			"latency of each request; each holds s3_part_size of memory.",
+		.offset = FIELD(s3_parallel),
+	},
+	{
+		.key = "s3_max_rate", .type = OPT_SIZE, .def = "0", .min = 0, .max = UINT64_MAX,
+		.arg = "SIZE", .help = "upload bytes per second; 0 = unlimited",
+		.description =
+			"Cap on S3 traffic in bytes per second, shared by all transfers,\n"
+			"so that uploads leave the network to training. 0: no cap.",
+		.offset = FIELD(s3_max_rate),
+	},
+	{
+		.key = "s3_keep_last", .type = OPT_UINT, .def = "5", .min = 0, .max = 1000000,
+		.arg = "N", .help = "committed steps kept per job on S3; 0 = all",
+		.description =
+			"Committed steps kept per job on S3 (the newest N); older ones are\n"
+			"deleted after a newer one is uploaded, manifest first. 0 keeps\n"
+			"every step. The newest committed step is never deleted.",
+		.offset = FIELD(s3_keep_last),
+	},
+	{
+		.key = "s3_keep_every", .type = OPT_UINT, .def = "0", .min = 0, .max = UINT32_MAX,
+		.arg = "N", .help = "also keep every step that is a multiple of N",
+		.description =
+			"Steps that are a multiple of N are kept on S3 (and uploaded)\n"
+			"whatever s3_keep_last says, e.g. 1000 for long-term snapshots.\n"
+			"0: none.",
+		.offset = FIELD(s3_keep_every),
+	},
+	{
+		.key = "s3_max_attempts", .type = OPT_UINT, .def = "6", .min = 1, .max = 100,
+		.arg = "N", .help = "tries per S3 request before a step's upload fails",
+		.description =
+			"Tries per request (the first included) on throttling, 5xx,\n"
+			"timeouts and resets, with exponential backoff and full jitter.\n"
+			"Auth errors and missing buckets are not retried. A step whose\n"
+			"upload failed is tried again later, after a growing delay.",
+		.offset = FIELD(s3_max_attempts),
 	},
 };
 
@@ -754,6 +935,33 @@ static int resolve_group(struct loader *ld)
 	return 0;
 }
 
+/* Values of the metrics and events settings that the table's types cannot
+ * check. The webhook URL is never echoed: it may hold a token. */
+static void resolve_operations(struct loader *ld)
+{
+	struct ckptd_config *cfg = ld->cfg;
+	char msg[256];
+	unsigned mask;
+
+	if (metrics_listen_parse(cfg->metrics_listen, NULL, NULL) < 0) {
+		fprintf(ld->errout, "%s: '%s' is not an address (expected IPV4:PORT, [IPV6]:PORT "
+			"or off)\n", ld->origin[option_index(find_option("metrics_listen"))],
+			cfg->metrics_listen);
+		ld->errors++;
+	}
+	if (events_parse_list(cfg->webhook_events, &mask, msg, sizeof(msg)) < 0) {
+		fprintf(ld->errout, "%s: %s\n",
+			ld->origin[option_index(find_option("webhook_events"))], msg);
+		ld->errors++;
+	}
+	if (cfg->webhook_url && *cfg->webhook_url && strncmp(cfg->webhook_url, "http://", 7) &&
+	    strncmp(cfg->webhook_url, "https://", 8)) {
+		fprintf(ld->errout, "%s: not an http:// or https:// URL (value not shown)\n",
+			ld->origin[option_index(find_option("webhook_url"))]);
+		ld->errors++;
+	}
+}
+
 /* Settings whose value depends on the machine. */
 static void resolve(struct loader *ld)
 {
@@ -761,6 +969,7 @@ static void resolve(struct loader *ld)
 
 	if (resolve_group(ld) < 0)
 		ld->errors++;
+	resolve_operations(ld);
 	if (cfg->staging_bytes == 0) {
 		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 
@@ -953,6 +1162,11 @@ void config_print(const struct ckptd_config *cfg, FILE *out)
 		case OPT_MODE:
 			format_number(o, buf, sizeof(buf), load_uint(cfg, o));
 			break;
+		}
+		/* Effective configurations end up in logs: no tokens there. */
+		if (o->secret && text[0]) {
+			fprintf(out, "# %s = (set, not shown)\n", o->key);
+			continue;
 		}
 		fprintf(out, "%s =%s%s\n", o->key, text[0] ? " " : "", text);
 	}

@@ -38,6 +38,21 @@ struct ckptd_config {
 	uint32_t workers;        /* workers: checksum threads, 0 = auto */
 	uint32_t max_clients;    /* max_clients */
 	bool fixed_buffers;      /* fixed_buffers: register arenas with io_uring */
+	/* Operations: metrics endpoint and webhook events (metrics.h, events.h). */
+	char *metrics_listen;    /* metrics_listen: "HOST:PORT"; "" or "off" = none */
+	char *metrics_port_file; /* metrics_port_file: bound port written here; "" = none */
+	char *webhook_url;       /* webhook_url: "" = no events sent (a secret: never logged) */
+	char *webhook_events;    /* webhook_events: names, or "all" */
+	uint32_t webhook_rate;   /* webhook_rate: messages per minute at most */
+	uint32_t webhook_queue;  /* webhook_queue: events waiting at most */
+	uint32_t stall_warn_ms;  /* stall_warn_ms: 0 = no stall events */
+	/* The S3 tier (uploader.c); s3_url "" = off. */
+	char *s3_url, *s3_endpoint, *s3_region, *s3_profile, *s3_ca_bundle;
+	uint32_t s3_addressing;  /* s3_addressing: enum s3_addressing order (auto|path|virtual) */
+	uint64_t s3_part_bytes;  /* s3_part_size */
+	uint32_t s3_parallel;
+	uint64_t s3_max_rate;    /* bytes/s, 0 = unlimited */
+	uint32_t s3_keep_last, s3_keep_every, s3_max_attempts;
 };
 
 enum config_action {

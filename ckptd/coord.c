@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "uploader.h"
 
 #define FAILED_TOMBSTONES 64
 
@@ -255,7 +256,7 @@ static void retention_apply(struct job *job)
 		return;
 	/* Oldest first; never the newest, never one being restored. */
 	for (size_t i = 0; job->n_committed > keep && i + 1 < job->n_committed;) {
-		if (job->restore_pins[i]) {
+		if (job->restore_pins[i] || uploader_pinned(job->d, job->name, job->committed[i])) {
 			i++;
 			continue;
 		}
@@ -313,6 +314,8 @@ struct job *job_get(struct daemon *d, const char *name, bool create)
 	}
 	job->next = d->jobs;
 	d->jobs = job;
+	if (job->n_committed)
+		metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
 	return job;
 }
 
@@ -405,6 +408,7 @@ static int step_init(struct step *st, uint32_t world_size)
 	st->inflight = 0;
 	st->error = 0;
 	st->reason[0] = 0;
+	st->skipped = false;
 	st->opened_ns = now_ns();
 	st->votes = calloc(world_size, sizeof(*st->votes));
 	st->saving = calloc(world_size, 1);
@@ -482,6 +486,11 @@ void coord_fail(struct step *st, int error, const char *fmt, ...)
 	log_warn("coord", "step abandoned job=%s step=%llu votes=%u/%u reason=\"%s\"",
 		 st->job->name, (unsigned long long)st->step, st->votes_in,
 		 st->world_size, st->reason);
+	/* Each step counts once, by why it ended (the skip event itself is
+	 * sent where the rank's SKIP arrives, with the rank). */
+	metrics_inc(M_SAVES_TOTAL, st->job->name, st->skipped ? "skipped" : "failed");
+	if (!st->skipped)
+		events_save_failed(st->job->name, st->step, st->reason);
 	notify_participants(st, CKPT_STATE_FAILED, error, st->reason);
 	if (st->inflight == 0)
 		removal_start(st->job, st, st->step, false);
@@ -679,6 +688,7 @@ static void commit_done(void *arg)
 	struct daemon *d = job->d;
 
 	d->busy--;
+	metrics_add(M_QUEUE_DEPTH, -1, "commit");
 	if (cm->result < 0) {
 		st->state = STEP_OPEN; /* so coord_fail applies */
 		coord_fail(st, cm->result, "commit failed: %s", cm->err);
@@ -688,10 +698,16 @@ static void commit_done(void *arg)
 	st->state = STEP_COMMITTED;
 	if (committed_insert(job, st->step) < 0)
 		log_error("coord", "out of memory recording a commit job=%s", job->name);
+	double secs = (double)(now_ns() - st->opened_ns) / 1e9;
 	log_info("coord", "committed job=%s step=%llu ranks=%u bytes=%llu seconds=%.3f",
 		 job->name, (unsigned long long)st->step, st->world_size,
-		 (unsigned long long)cm->bytes, (double)(now_ns() - st->opened_ns) / 1e9);
+		 (unsigned long long)cm->bytes, secs);
+	metrics_inc(M_SAVES_TOTAL, job->name, "committed");
+	metrics_observe(M_TIME_TO_COMMITTED_SECONDS, secs, job->name);
+	metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
+	events_committed(job->name, st->step, st->world_size, secs, (int64_t)cm->bytes);
 	notify_participants(st, CKPT_STATE_COMMITTED, 0, NULL);
+	uploader_committed(d, job->name, st->step);
 	step_unlink(st);
 	step_free(st);
 	free(cm);
@@ -726,7 +742,9 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 	cm->started_ns = now_ns();
 	st->state = STEP_COMMITTING;
 	d->busy++;
+	metrics_add(M_QUEUE_DEPTH, 1, "commit");
 	if (workers_submit(d->workers, commit_run, commit_done, cm) < 0) {
+		metrics_add(M_QUEUE_DEPTH, -1, "commit");
 		d->busy--;
 		st->state = STEP_OPEN;
 		free(cm);

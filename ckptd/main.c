@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "config.h"
 #include "log.h"
+#include "notify.h"
 #include "server.h"
 
 int main(int argc, char **argv)
@@ -23,6 +25,8 @@ int main(int argc, char **argv)
 	}
 	ckptd_log_level = cfg.log_level;
 	r = server_run(&cfg);
+	if (r < 0)
+		notify_failed(r, "failed: %s (see the log)", strerror(-r));
 	config_free(&cfg);
 	return r < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -137,7 +137,7 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 		return r;
 	}
 	uint64_t next_piece = 0, watermark_piece = 0;
-	unsigned inflight = 0;
+	unsigned inflight = 0, reported = 0;
 	r = 0;
 	while (r == 0 && (watermark_piece < npieces || next_ref < nrefs)) {
 		while (inflight < rs->qd && next_piece < npieces) {
@@ -154,6 +154,8 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 		if (inflight) {
 			struct io_uring_cqe *cqe;
 			io_uring_submit(&ring);
+			metrics_add(M_IO_URING_IN_FLIGHT, (double)inflight - reported, "read");
+			reported = inflight;
 			int w = io_uring_wait_cqe(&ring, &cqe);
 			if (w < 0) {
 				r = w;
@@ -218,6 +220,7 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 		inflight--;
 	}
 	io_uring_queue_exit(&ring);
+	metrics_add(M_IO_URING_IN_FLIGHT, -(double)reported, "read");
 	free(refs);
 	free(piece_done);
 	close(fd);
@@ -340,6 +343,9 @@ static void restore_done(void *arg)
 	for (size_t i = 0; i < rs->ncand; i++)
 		job_pin(rs->job, rs->cand[i], -1);
 	c->d->busy--;
+	metrics_inc(M_RESTORES_TOTAL, rs->job->name,
+		    rs->result < 0 ? "failed"
+		    : rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? "fell_back" : "ok");
 	if (!c->dead) {
 		memset(&m, 0, sizeof(m));
 		m.seq = rs->seq;

@@ -24,16 +24,20 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "notify.h"
 #include "server.h"
+#include "uploader.h"
 
 #define TAG_LISTEN ((void *)1)
 #define TAG_SIGNAL ((void *)2)
 #define TAG_RING ((void *)3)
 #define TAG_WORKERS ((void *)4)
+#define TAG_UPLOADER ((void *)5)
 
 static bool is_tag(const void *p)
 {
-	return p == TAG_LISTEN || p == TAG_SIGNAL || p == TAG_RING || p == TAG_WORKERS;
+	return p == TAG_LISTEN || p == TAG_SIGNAL || p == TAG_RING || p == TAG_WORKERS ||
+	       p == TAG_UPLOADER;
 }
 
 
@@ -195,6 +199,9 @@ static void client_kill(struct client *c, const char *why)
 	close(c->fd);
 	c->fd = -1;
 	d->n_clients--;
+	if (c->hello_done)
+		metrics_add(M_CLIENTS_CONNECTED, -1);
+	slots_watch(c);
 	if (c->hello_done || c->hello_pending) {
 		log_info("server", "client gone client=%llu job=%s rank=%u pid=%d reason=\"%s\"",
 			 (unsigned long long)c->id, c->job->name, c->rank, (int)c->pid, why);
@@ -332,6 +339,7 @@ static void hello_finish(struct client *c)
 	c->hello_pending = false;
 	c->hello_done = true;
 	c->generation = ++d->generation;
+	metrics_add(M_CLIENTS_CONNECTED, 1);
 
 	struct ckpt_msg ok;
 	uint8_t buf[CKPT_MSG_MAX_BYTES];
@@ -642,10 +650,13 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	ok.u.save_ok.step = s->step;
 	ok.u.save_ok.slot = s->slot;
 	client_send(c, &ok);
+	metrics_add(M_STAGED_BYTES_TOTAL, (double)s->data_bytes, c->job->name);
+	slots_watch(c);
 	r = writer_start(c, st, s->slot, s, &table, err, sizeof(err));
 	ckpt_table_free(&table);
 	if (r < 0) {
 		c->slot_state[s->slot] = SLOT_CLIENT;
+		slots_watch(c);
 		log_warn("writer", "save failed job=%s step=%llu rank=%u error=\"%s\"",
 			 c->job->name, (unsigned long long)s->step, c->rank, err);
 		client_send_status(c, s->step, CKPT_STATE_FAILED, r, s->slot, err);
@@ -670,9 +681,12 @@ static void on_skip(struct client *c, const struct ckpt_msg *m)
 	struct step *st = step_find(c->job, step);
 	if (!st)
 		st = step_get(c->job, step, c->world_size);
-	if (st && st->state == STEP_OPEN)
+	if (st && st->state == STEP_OPEN) {
+		st->skipped = true;
+		events_save_skipped(c->job->name, step, c->rank);
 		coord_fail(st, -CKPT_E_ABORTED, "rank %u skipped step %llu (no free slot)",
 			   c->rank, (unsigned long long)step);
+	}
 	client_send_status(c, step, CKPT_STATE_SKIPPED, -CKPT_E_SKIPPED, CKPT_NO_SLOT,
 			   "skipped: no free slot (backpressure policy skip)");
 }
@@ -941,10 +955,14 @@ static void on_signal(struct daemon *d)
 
 	while (read(d->signal_fd, &si, sizeof(si)) == sizeof(si)) {
 		if (si.ssi_signo == SIGTERM || si.ssi_signo == SIGINT) {
-			if (!d->stopping)
+			if (!d->stopping) {
 				log_info("server", "signal %s: finishing in-flight saves, then exiting",
 					 si.ssi_signo == SIGTERM ? "TERM" : "INT");
+				notify_stopping("stopping: finishing %u operations in flight",
+						d->busy);
+			}
 			d->stopping = true;
+			metrics_http_stopping(d->metrics);
 			if (d->listen_fd >= 0) {
 				epoll_ctl(d->epfd, EPOLL_CTL_DEL, d->listen_fd, NULL);
 				close(d->listen_fd);
@@ -998,6 +1016,14 @@ int server_run(struct ckptd_config *cfg)
 		log_error("server", "cannot open checkpoint root %s: %s", cfg->root, strerror(-r));
 		return r;
 	}
+	/* Observability never stops checkpointing: an endpoint that cannot
+	 * start is logged and ckptd serves without it. */
+	metrics_init();
+	metrics_set(M_STAGING_CAPACITY_BYTES, (double)cfg->staging_bytes);
+	if (metrics_http_start(cfg->metrics_listen, cfg->metrics_port_file, &d->metrics) < 0)
+		log_warn("server", "serving without a metrics endpoint");
+	if (events_start(cfg) < 0)
+		log_warn("server", "serving without webhook events");
 	unsigned nworkers = cfg->workers;
 	if (nworkers == 0) {
 		long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1018,6 +1044,7 @@ int server_run(struct ckptd_config *cfg)
 		log_error("server", "io_uring setup failed: %s", strerror(-r));
 		goto out;
 	}
+	notify_status("recovering checkpoint root %s", cfg->root);
 	r = coord_recover(d);
 	if (r < 0) {
 		log_error("server", "scanning checkpoint root %s: %s", cfg->root, strerror(-r));
@@ -1037,6 +1064,11 @@ int server_run(struct ckptd_config *cfg)
 	    (r = epoll_add(d, d->ring_efd, TAG_RING)) < 0 ||
 	    (r = epoll_add(d, workers_fd(d->workers), TAG_WORKERS)) < 0)
 		goto out;
+	r = uploader_init(d);
+	if (r < 0)
+		goto out;
+	if (uploader_fd(d) >= 0 && (r = epoll_add(d, uploader_fd(d), TAG_UPLOADER)) < 0)
+		goto out;
 
 	coord_trash_empty(d);
 	log_info("server", "ready socket=%s root=%s staging_bytes=%llu slots_per_rank=%u "
@@ -1044,10 +1076,13 @@ int server_run(struct ckptd_config *cfg)
 		 cfg->socket_path, cfg->root, (unsigned long long)cfg->staging_bytes,
 		 cfg->slots_per_rank, cfg->queue_depth, (unsigned long long)cfg->request_bytes,
 		 (unsigned long long)cfg->chunk_bytes, nworkers);
+	notify_ready("serving on %s, root %s", cfg->socket_path, cfg->root);
 
 	while (!(d->stopping && d->busy == 0)) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(d->epfd, evs, 64, d->stopping ? 100 : -1);
+		int n = epoll_wait(d->epfd, evs, 64,
+				   notify_watchdog_timeout(d->stopping ? 100 : -1));
+		notify_watchdog_tick();
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -1072,6 +1107,8 @@ int server_run(struct ckptd_config *cfg)
 				reap_ring(d);
 			} else if (tag == TAG_WORKERS) {
 				workers_dispatch(d->workers);
+			} else if (tag == TAG_UPLOADER) {
+				uploader_dispatch(d);
 			} else {
 				struct client *c = tag;
 				/* Killed by a handler earlier in this batch: still
@@ -1100,6 +1137,10 @@ out:
 	 * which drop their client references. */
 	if (d->workers)
 		workers_destroy(d->workers);
+	/* After the workers: their last callbacks may still hand it parts. */
+	uploader_fini(d);
+	/* After the last done callback: events they raised are sent too. */
+	events_stop();
 	while (d->clients)
 		client_free(d->clients);
 	writer_fini(d);
@@ -1137,5 +1178,6 @@ out:
 		close(d->root_fd);
 	if (d->trash_fd >= 0)
 		close(d->trash_fd);
+	metrics_http_stop(d->metrics);
 	return r;
 }

@@ -59,6 +59,34 @@ int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static void inflight_gauge(struct daemon *d)
+{
+	metrics_set(M_IO_URING_IN_FLIGHT, d->ring_inflight, "write");
+}
+
+void slots_watch(struct client *c)
+{
+	bool all_busy = !c->dead && c->slots > 0 && c->slot_state;
+
+	for (uint32_t i = 0; all_busy && i < c->slots; i++)
+		if (c->slot_state[i] != SLOT_SAVING)
+			all_busy = false;
+	if (all_busy && !c->slots_busy_since) {
+		c->slots_busy_since = now_ns();
+	} else if (!all_busy && c->slots_busy_since) {
+		double secs = (double)(now_ns() - c->slots_busy_since) / 1e9;
+		uint32_t warn_ms = c->d->cfg->stall_warn_ms;
+
+		c->slots_busy_since = 0;
+		metrics_add(M_SLOT_WAIT_SECONDS_TOTAL, secs, c->job->name);
+		if (warn_ms && secs * 1000 >= warn_ms) {
+			log_warn("writer", "no free staging slot job=%s rank=%u seconds=%.3f slots=%u",
+				 c->job->name, c->rank, secs, c->slots);
+			events_stall(c->job->name, c->rank, secs);
+		}
+	}
+}
+
 int writer_init(struct daemon *d)
 {
 	struct io_uring_params p = { 0 };
@@ -280,6 +308,7 @@ static void index_run(void *arg)
 		goto fail;
 	store_sha256(buf, (size_t)n, j->vote.index_sha256);
 	j->vote.index_bytes = (uint64_t)n;
+	metrics_add(M_WRITTEN_BYTES_TOTAL, (double)n, j->st->job->name);
 	free(buf);
 	return;
 fail:
@@ -323,8 +352,11 @@ static void job_finish(struct save_job *j)
 	double secs = (double)(now_ns() - j->started_ns) / 1e9;
 
 	writing_remove(j);
-	if (!c->dead && j->slot < c->slots)
+	metrics_add(M_QUEUE_DEPTH, -1, "write");
+	if (!c->dead && j->slot < c->slots) {
 		c->slot_state[j->slot] = SLOT_CLIENT;
+		slots_watch(c);
+	}
 	if (j->err) {
 		log_warn("writer", "save failed job=%s step=%llu rank=%u error=\"%s\"",
 			 st->job->name, (unsigned long long)j->step, j->rank, j->errmsg);
@@ -337,6 +369,7 @@ static void job_finish(struct save_job *j)
 		log_info("writer", "durable job=%s step=%llu rank=%u bytes=%llu seconds=%.3f direct=%d",
 			 st->job->name, (unsigned long long)j->step, j->rank,
 			 (unsigned long long)j->data_bytes, secs, j->direct);
+		metrics_observe(M_TIME_TO_DURABLE_SECONDS, secs, st->job->name);
 		if (st->state == STEP_FAILED) {
 			if (!c->dead)
 				client_send_status(c, j->step, CKPT_STATE_FAILED, st->error,
@@ -403,6 +436,7 @@ static void job_advance(struct save_job *j)
 		j->inflight++;
 		d->ring_inflight++;
 		io_uring_submit(&d->ring);
+		inflight_gauge(d);
 		return;
 	}
 	if (!j->synced)
@@ -468,6 +502,7 @@ void writer_pump(struct daemon *d)
 	}
 	if (submitted)
 		io_uring_submit(&d->ring);
+	inflight_gauge(d);
 }
 
 void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
@@ -481,6 +516,8 @@ void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
 	struct save_job *j = req->job;
 	j->inflight--;
 	if (req->op == IO_WRITE) {
+		if (res > 0)
+			metrics_add(M_WRITTEN_BYTES_TOTAL, res, j->st->job->name);
 		if (res < 0) {
 			job_set_error(j, res, "writing");
 		} else if ((uint32_t)res < req->len) {
@@ -513,6 +550,7 @@ void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
 	}
 	free(req);
 	job_advance(j);
+	inflight_gauge(d);
 }
 
 static int open_shard(struct save_job *j, char *err, size_t errlen)
@@ -620,6 +658,7 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	d->busy++;
 	j->next = d->writing;
 	d->writing = j;
+	metrics_add(M_QUEUE_DEPTH, 1, "write");
 	writer_pump(d);
 	return 0;
 fail:

@@ -14,12 +14,31 @@ packages=(
 	libisal-dev       # ISA-L: fast CRC-32C of checksum chunks
 	libinih-dev       # ckptd config file parsing
 	libzstd-dev       # zstd: S3 tier compression
+	libcurl4-openssl-dev  # libcurl: ckptd's webhook events (and the S3 tier)
+	libxml2-dev       # libxml2: parsing S3 replies (listings, errors) in the S3 client
+	libmicrohttpd-dev # ckptd's Prometheus metrics endpoint (GET /metrics)
+	libsystemd-dev    # sd_notify: ckptd's readiness and watchdog under systemd (Type=notify)
 	# fuzzers and sanitizers
 	clang llvm libclang-rt-14-dev
 	# benchmark reference and test helpers
 	fio python3 util-linux procps psmisc e2fsprogs coreutils
+	prometheus        # tests/integration/metrics-prometheus.sh scrapes ckptd with a real server
+	# tests/s3/radosgw.sh: a real one-node Ceph RADOS Gateway (S3) on loopback
+	radosgw ceph-mon ceph-osd ceph-base ceph-common
+	awscli            # tests/s3 self-tests: an independent S3 client (aws s3api)
 	libopenmpi-dev openmpi-bin manpages-ja  # ckpt-train (MPI) and its default Japanese corpus
+	systemd groff-base  # tests/dist: systemd-analyze verify of ckptd.service; groff -ww on the man pages
 )
+
+# moto 5 (an S3 server that checks SigV4) for tests/s3client/moto.sh. Not in
+# Debian 12: CI's python3 on PATH already has it (with boto3); elsewhere pip
+# installs it for that python3.
+if ! python3 -c 'import moto, boto3, flask' 2>/dev/null; then
+	echo "install-deps: installing moto[server] for $(command -v python3) (S3 client tests)"
+	python3 -m pip install --quiet 'moto[server]==5.2.1' 2>/dev/null ||
+		python3 -m pip install --quiet --break-system-packages 'moto[server]==5.2.1' ||
+		echo "install-deps: WARNING: could not install moto; the s3-moto test will fail" >&2
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -61,7 +61,19 @@ if [ -z "${CKPT_ASAN_CC+set}" ] && command -v clang >/dev/null; then
 	asan_cc=clang
 fi
 
-run_suite build "" 1
+# CUDA: meson finds the toolkit through nvcc on PATH, and the toolkit's
+# default place is not on every PATH. Where there is one, build/ must
+# build ckpt-train's GPU variant (-Dgpu=enabled: a broken CUDA build then
+# fails instead of being left out); build-asan/ takes it where found.
+if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then
+	export PATH=/usr/local/cuda/bin:$PATH
+fi
+gpu=()
+if command -v nvcc >/dev/null; then
+	gpu=(-Dgpu=enabled)
+fi
+
+run_suite build "" 1 "${gpu[@]}"
 # The sanitizers slow everything down 2-5x; give the tests room.
 run_suite build-asan "$asan_cc" 4 -Db_sanitize=address,undefined -Db_lundef=false
 

@@ -17,6 +17,11 @@
  * of both moments (tensors "master", "adam_m", "adam_v": slices of 1-D
  * tensors of n_params elements), plus a blob with the step, the data RNG
  * and position and the configuration the state belongs to.
+ *
+ * --device cuda (built with -Dgpu=enabled) runs the same loop with the
+ * state on the GPUs: gpu.c does the model step, the reduction to owners
+ * (NCCL) and AdamW there, with the same slices, formulas and checkpoint
+ * tensors, so the two variants' checkpoints are interchangeable.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +39,7 @@
 
 #include "ckpt.h"
 #include "corpus.h"
+#include "gpu.h"
 #include "model.h"
 
 /* The sample text shipped with ckpt: installed, or in the source tree. */
@@ -45,6 +51,7 @@
 #endif
 
 enum ckpt_mode { MODE_OFF, MODE_SYNC, MODE_ASYNC };
+enum device { DEVICE_CPU, DEVICE_CUDA };
 
 struct options {
 	struct model_config model;
@@ -52,6 +59,7 @@ struct options {
 	double lr, min_lr_frac, wd, clip, beta1, beta2, eps;
 	uint64_t steps, warmup, seed, log_every, ckpt_every;
 	enum ckpt_mode mode;
+	enum device device;
 	const char *socket, *job, *sync_dir, *dump, *data, *man_dir, *cache;
 	int resume;            /* 1: resume from newest committed; 0: --no-resume */
 	uint64_t resume_step;  /* 0: newest; else --resume STEP */
@@ -96,6 +104,10 @@ struct trainer {
 	 * rank (decided collectively); retry_at is rank 0's clock only. */
 	double backoff_s;       /* 0: reachable */
 	double retry_at;
+	/* --device cuda: the state lives on the GPU (gpu.h); the host
+	 * params/master/m/v above are then only staging for --dump and
+	 * --ckpt-mode sync, and grad/gsum/gparts/decay/work are unused. */
+	struct gpu *gpu;
 };
 
 /* First and longest wait between save attempts while ckptd is unreachable. */
@@ -160,6 +172,8 @@ static void usage(FILE *f)
 "  --warmup N       warmup steps (20)          --min-lr-frac X  final lr / peak (0.1)\n"
 "  --wd X           AdamW weight decay (0.01)  --clip X      gradient norm clip (1.0)\n"
 "  --seed N         init and data seed (1)     --log-every N (10)\n"
+"  --device cpu|cuda  where to train (cpu); cuda: one GPU per rank (NCCL), built\n"
+"                   with meson -Dgpu=enabled\n"
 "Data:\n"
 "  --data PATH      UTF-8 text to train on. Default: a corpus built once from the\n"
 "                   Japanese manual pages (--man-dir, /usr/share/man/ja) cached at\n"
@@ -203,7 +217,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 	enum { O_CTX = 256, O_EMBD, O_HIDDEN, O_LAYERS, O_BATCH, O_SEQ, O_STEPS, O_LR,
 	       O_WARMUP, O_MINLR, O_WD, O_CLIP, O_SEED, O_LOG, O_MODE, O_EVERY, O_SOCKET,
 	       O_JOB, O_SYNCDIR, O_RESUME, O_NORESUME, O_DUMP, O_DATA, O_MANDIR, O_CACHE,
-	       O_WAIT, O_SLEEP, O_HELP };
+	       O_WAIT, O_SLEEP, O_DEVICE, O_HELP };
 	static const struct option lo[] = {
 		{"ctx", 1, 0, O_CTX}, {"embd", 1, 0, O_EMBD}, {"hidden", 1, 0, O_HIDDEN},
 		{"layers", 1, 0, O_LAYERS}, {"batch", 1, 0, O_BATCH}, {"seq", 1, 0, O_SEQ},
@@ -215,6 +229,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{"no-resume", 0, 0, O_NORESUME}, {"dump", 1, 0, O_DUMP}, {"data", 1, 0, O_DATA},
 		{"man-dir", 1, 0, O_MANDIR}, {"corpus-cache", 1, 0, O_CACHE},
 		{"wait-ms", 1, 0, O_WAIT}, {"step-sleep-ms", 1, 0, O_SLEEP},
+		{"device", 1, 0, O_DEVICE},
 		{"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 	};
 	*o = (struct options){
@@ -251,6 +266,14 @@ static void parse_args(int argc, char **argv, struct options *o)
 				o->mode = MODE_OFF;
 			else
 				die("--ckpt-mode: '%s' is not async, sync or off", optarg);
+			break;
+		case O_DEVICE:
+			if (!strcmp(optarg, "cpu"))
+				o->device = DEVICE_CPU;
+			else if (!strcmp(optarg, "cuda"))
+				o->device = DEVICE_CUDA;
+			else
+				die("--device: '%s' is not cpu or cuda", optarg);
 			break;
 		case O_SOCKET: o->socket = optarg; break;
 		case O_JOB: o->job = optarg; break;
@@ -380,28 +403,35 @@ static double train_step(struct trainer *t, uint64_t step, double *lr_out, doubl
 	const struct options *o = &t->o;
 	size_t rows = (size_t)o->batch * o->seq;
 
-	make_batch(t);
-	double loss = model_step(&o->model, &t->lay, t->params, t->grad, &t->work,
-				 t->ctxbuf, t->tgtbuf, rows);
-
-	/* Reduce-scatter by hand: owners sum the parts in rank order. */
-	MPI_Alltoallv(t->grad, t->counts, t->displs, MPI_FLOAT,
-		      t->gparts, t->counts + t->world, t->displs + t->world, MPI_FLOAT,
-		      MPI_COMM_WORLD);
-	const float inv_world = 1.0f / (float)t->world;
-	for (size_t i = 0; i < t->len; i++) {
-		float s = 0.0f;
-		for (int r = 0; r < t->world; r++)
-			s += t->gparts[(size_t)r * t->len + i];
-		t->gsum[i] = s * inv_world;
-	}
-
 	/* Gradient norm and loss: per-rank parts gathered, summed in order. */
-	double part[2] = {0.0, loss}, *all = malloc(sizeof(double) * 2 * (size_t)t->world);
+	double part[2] = {0.0, 0.0}, *all;
+
+	make_batch(t);
+	if (t->gpu) {
+		/* The same quantities, computed on the device (gpu.c). */
+		if (gpu_step(t->gpu, t->ctxbuf, t->tgtbuf, &part[1], &part[0]) < 0)
+			die("step %" PRIu64 ": %s", step, gpu_error(t->gpu));
+	} else {
+		part[1] = model_step(&o->model, &t->lay, t->params, t->grad, &t->work,
+				     t->ctxbuf, t->tgtbuf, rows);
+
+		/* Reduce-scatter by hand: owners sum the parts in rank order. */
+		MPI_Alltoallv(t->grad, t->counts, t->displs, MPI_FLOAT,
+			      t->gparts, t->counts + t->world, t->displs + t->world, MPI_FLOAT,
+			      MPI_COMM_WORLD);
+		const float inv_world = 1.0f / (float)t->world;
+		for (size_t i = 0; i < t->len; i++) {
+			float s = 0.0f;
+			for (int r = 0; r < t->world; r++)
+				s += t->gparts[(size_t)r * t->len + i];
+			t->gsum[i] = s * inv_world;
+		}
+		for (size_t i = 0; i < t->len; i++)
+			part[0] += (double)t->gsum[i] * t->gsum[i];
+	}
+	all = malloc(sizeof(double) * 2 * (size_t)t->world);
 	if (!all)
 		die("out of memory");
-	for (size_t i = 0; i < t->len; i++)
-		part[0] += (double)t->gsum[i] * t->gsum[i];
 	MPI_Allgather(part, 2, MPI_DOUBLE, all, 2, MPI_DOUBLE, MPI_COMM_WORLD);
 	double sq = 0.0, lsum = 0.0;
 	for (int r = 0; r < t->world; r++) {
@@ -418,19 +448,28 @@ static double train_step(struct trainer *t, uint64_t step, double *lr_out, doubl
 	float bc1 = (float)(1.0 - pow(o->beta1, (double)step));
 	float bc2 = (float)(1.0 - pow(o->beta2, (double)step));
 	float flr = (float)lr, fwd = (float)o->wd;
-	for (size_t i = 0; i < t->len; i++) {
-		float g = t->gsum[i] * scale;
-		float mi = b1 * t->m[i] + (1.0f - b1) * g;
-		float vi = b2 * t->v[i] + (1.0f - b2) * g * g;
-		t->m[i] = mi;
-		t->v[i] = vi;
-		float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps);
-		if (t->decay[i])
-			upd += fwd * t->master[i];
-		t->master[i] -= flr * upd;
+	if (t->gpu) {
+		struct gpu_adamw a = {
+			.scale = scale, .beta1 = b1, .beta2 = b2, .eps = eps,
+			.bc1 = bc1, .bc2 = bc2, .lr = flr, .wd = fwd,
+		};
+		if (gpu_update(t->gpu, &a) < 0)
+			die("step %" PRIu64 ": %s", step, gpu_error(t->gpu));
+	} else {
+		for (size_t i = 0; i < t->len; i++) {
+			float g = t->gsum[i] * scale;
+			float mi = b1 * t->m[i] + (1.0f - b1) * g;
+			float vi = b2 * t->v[i] + (1.0f - b2) * g * g;
+			t->m[i] = mi;
+			t->v[i] = vi;
+			float upd = (mi / bc1) / (sqrtf(vi / bc2) + eps);
+			if (t->decay[i])
+				upd += fwd * t->master[i];
+			t->master[i] -= flr * upd;
+		}
+		MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts, t->displs,
+			       MPI_FLOAT, MPI_COMM_WORLD);
 	}
-	MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts, t->displs,
-		       MPI_FLOAT, MPI_COMM_WORLD);
 	*lr_out = lr;
 	*norm_out = norm;
 	return lsum / t->world;
@@ -469,6 +508,21 @@ static void slice_desc(const struct trainer *t, ckpt_tensor_desc *d, const char 
 	d->shape[0] = t->len;
 }
 
+/*
+ * --device cuda: (re-)register ckpt's arena with CUDA, so that saves copy
+ * device memory straight into it. Cheap when nothing changed; called
+ * after each connect and whenever libckpt may have reconnected.
+ */
+static void attach_arena(struct trainer *t)
+{
+	const char *note = NULL;
+	if (!t->gpu)
+		return;
+	gpu_arena_attach(t->gpu, t->ck, &note);
+	if (note)
+		say("ckpt: rank %d: %s", t->rank, note);
+}
+
 static int ck_connect(struct trainer *t, uint32_t timeout_ms)
 {
 	ckpt_options co = {
@@ -481,7 +535,10 @@ static int ck_connect(struct trainer *t, uint32_t timeout_ms)
 		.max_save_bytes = 3 * (uint64_t)t->len * sizeof(float) + sizeof(struct train_blob) + 4 * 4096,
 		.connect_timeout_ms = timeout_ms,
 	};
-	return ckpt_connect(&co, &t->ck);
+	int r = ckpt_connect(&co, &t->ck);
+	if (r == 0)
+		attach_arena(t);
+	return r;
 }
 
 static void log_event(const struct trainer *t, const ckpt_status *st)
@@ -538,15 +595,29 @@ static int save_async(struct trainer *t)
 	r = ckpt_save_begin(t->ck, t->step, &sv);
 	if (r < 0)
 		goto fail;
-	slice_desc(t, &d, "master");
-	if ((r = ckpt_save_add(sv, &d, t->master)) < 0)
-		goto abort;
-	slice_desc(t, &d, "adam_m");
-	if ((r = ckpt_save_add(sv, &d, t->m)) < 0)
-		goto abort;
-	slice_desc(t, &d, "adam_v");
-	if ((r = ckpt_save_add(sv, &d, t->v)) < 0)
-		goto abort;
+	if (t->gpu) {
+		/* The stall is the device-to-host copy into the arena. */
+		static const char *const names[3] = {"master", "adam_m", "adam_v"};
+		void *dst[3];
+		attach_arena(t); /* ckpt_save_begin may have reconnected */
+		for (int i = 0; i < 3; i++) {
+			slice_desc(t, &d, names[i]);
+			if ((r = ckpt_save_reserve(sv, &d, &dst[i])) < 0)
+				goto abort;
+		}
+		if (gpu_save_to(t->gpu, dst[0], dst[1], dst[2]) < 0)
+			die("ckpt step %" PRIu64 ": %s", t->step, gpu_error(t->gpu));
+	} else {
+		slice_desc(t, &d, "master");
+		if ((r = ckpt_save_add(sv, &d, t->master)) < 0)
+			goto abort;
+		slice_desc(t, &d, "adam_m");
+		if ((r = ckpt_save_add(sv, &d, t->m)) < 0)
+			goto abort;
+		slice_desc(t, &d, "adam_v");
+		if ((r = ckpt_save_add(sv, &d, t->v)) < 0)
+			goto abort;
+	}
 	fill_blob(t, &blob);
 	if ((r = ckpt_save_set_blob(sv, &blob, sizeof(blob))) < 0)
 		goto abort;
@@ -603,6 +674,8 @@ static void save_async_step(struct trainer *t)
 		 * a second, a stall per attempt); a fresh connect is bounded
 		 * by ck_connect's short timeout instead. Outcomes not yet
 		 * reported are lost with the daemon anyway. */
+		if (t->gpu)
+			gpu_arena_detach(t->gpu); /* before the arena goes */
 		ckpt_close(t->ck);
 		t->ck = NULL;
 		t->last_saved = 0;
@@ -677,12 +750,22 @@ static int write_state(const struct trainer *t, const char *dir, const char *pat
 	return err;
 }
 
+/* --device cuda: bring the state to the host buffers write_state() reads
+ * (the whole parameter vector too with full_params). */
+static void host_state(struct trainer *t, int full_params)
+{
+	if (t->gpu && gpu_download(t->gpu, full_params ? t->params : NULL, t->master, t->m,
+				   t->v) < 0)
+		die("copying the state from the GPU: %s", gpu_error(t->gpu));
+}
+
 /* The baseline people use today: every rank writes and fsyncs, then a barrier. */
 static void save_sync(struct trainer *t)
 {
 	char path[4096];
 	double t0 = now_s();
 	t->saves++;
+	host_state(t, 0);
 	snprintf(path, sizeof(path), "%s/step-%010" PRIu64 ".rank-%06d", t->o.sync_dir, t->step, t->rank);
 	int r = write_state(t, t->o.sync_dir, path, 0);
 	if (r < 0) {
@@ -707,9 +790,28 @@ static int restore_step(struct trainer *t, uint64_t step, char *why, size_t whyl
 		return r;
 	}
 	size_t n = t->len * sizeof(float);
-	if ((r = ckpt_restore_tensor(rs, "master", t->master, n)) < 0 ||
-	    (r = ckpt_restore_tensor(rs, "adam_m", t->m, n)) < 0 ||
-	    (r = ckpt_restore_tensor(rs, "adam_v", t->v, n)) < 0) {
+	if (t->gpu) {
+		/* Straight from the arena to the device. */
+		static const char *const names[3] = {"master", "adam_m", "adam_v"};
+		static const enum gpu_tensor which[3] = {GPU_MASTER, GPU_ADAM_M, GPU_ADAM_V};
+		attach_arena(t); /* ckpt_restore_open may have reconnected */
+		for (int i = 0; i < 3; i++) {
+			const void *p;
+			size_t len;
+			r = ckpt_restore_tensor_ptr(rs, names[i], &p, &len);
+			if (r == 0 && len != n)
+				r = -EMSGSIZE;
+			if (r < 0) {
+				snprintf(why, whylen, "tensor: %s (a different model size or world size?)",
+					 ckpt_strerror(r));
+				goto out;
+			}
+			if (gpu_upload(t->gpu, which[i], p, len) < 0)
+				die("restoring step %" PRIu64 ": %s", step, gpu_error(t->gpu));
+		}
+	} else if ((r = ckpt_restore_tensor(rs, "master", t->master, n)) < 0 ||
+		   (r = ckpt_restore_tensor(rs, "adam_m", t->m, n)) < 0 ||
+		   (r = ckpt_restore_tensor(rs, "adam_v", t->v, n)) < 0) {
 		snprintf(why, whylen, "tensor: %s (a different model size or world size?)", ckpt_strerror(r));
 		goto out;
 	}
@@ -783,8 +885,13 @@ static void resume(struct trainer *t)
 			say("resume: rank %d cannot restore step %" PRIu64 ": %s", t->rank, cand[i], why);
 		MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 		if (all_ok) {
-			MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts,
-				       t->displs, MPI_FLOAT, MPI_COMM_WORLD);
+			if (t->gpu) {
+				if (gpu_gather_params(t->gpu) < 0)
+					die("resume: %s", gpu_error(t->gpu));
+			} else {
+				MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts,
+					       t->displs, MPI_FLOAT, MPI_COMM_WORLD);
+			}
 			if (t->rank == 0)
 				say("resumed from step %" PRIu64, t->step);
 			return;
@@ -818,6 +925,29 @@ static void dump_state(const struct trainer *t)
 
 /* ---- setup ------------------------------------------------------------- */
 
+/*
+ * --device cuda: the device state, initialised from the host's. A missing
+ * GPU (or a build without GPU support) is the caller's problem, not a
+ * crash: every rank says why and the job exits with status 2.
+ */
+static void open_gpu(struct trainer *t, size_t rows)
+{
+	char why[512];
+	struct gpu_setup s = {
+		.model = &t->o.model, .lay = &t->lay, .rows = rows,
+		.rank = t->rank, .world = t->world, .params = t->params,
+	};
+	int r = gpu_open(&s, &t->gpu, why, sizeof(why));
+	if (r == -ENODEV || r == -ENOTSUP || r == -EINVAL) {
+		fprintf(stderr, "ckpt-train: rank %d: --device cuda: %s\n", t->rank, why);
+		fflush(stderr);
+		MPI_Finalize();
+		exit(2);
+	}
+	if (r < 0)
+		die("--device cuda: %s", why);
+}
+
 static void setup(struct trainer *t)
 {
 	const struct options *o = &t->o;
@@ -847,31 +977,40 @@ static void setup(struct trainer *t)
 		t->displs[t->world + r] = (int)(t->len * (size_t)r);
 	}
 	size_t rows = (size_t)o->batch * o->seq;
+	const int cpu = o->device == DEVICE_CPU;
 	t->params = malloc(N * sizeof(float));
-	t->grad = malloc(N * sizeof(float));
 	t->master = malloc(t->len * sizeof(float));
 	t->m = calloc(t->len, sizeof(float));
 	t->v = calloc(t->len, sizeof(float));
-	t->gsum = malloc(t->len * sizeof(float));
-	t->gparts = malloc(t->len * (size_t)t->world * sizeof(float));
-	t->decay = malloc(t->len);
 	t->ctxbuf = malloc(rows * o->model.ctx);
 	t->tgtbuf = malloc(rows);
-	if (!t->params || !t->grad || !t->master || !t->m || !t->v || !t->gsum || !t->gparts ||
-	    !t->decay || !t->ctxbuf || !t->tgtbuf || model_work_alloc(&o->model, rows, &t->work) < 0)
+	if (cpu) {
+		t->grad = malloc(N * sizeof(float));
+		t->gsum = malloc(t->len * sizeof(float));
+		t->gparts = malloc(t->len * (size_t)t->world * sizeof(float));
+		t->decay = malloc(t->len);
+	}
+	if (!t->params || !t->master || !t->m || !t->v || !t->ctxbuf || !t->tgtbuf ||
+	    (cpu && (!t->grad || !t->gsum || !t->gparts || !t->decay ||
+		     model_work_alloc(&o->model, rows, &t->work) < 0)))
 		die("out of memory for %zu parameters", N);
 	model_init(&o->model, &t->lay, t->params, o->seed);
 	memcpy(t->master, t->params + t->lo, t->len * sizeof(float));
-	for (size_t i = 0; i < t->len; i++)
+	for (size_t i = 0; cpu && i < t->len; i++)
 		t->decay[i] = (uint8_t)model_decays(&t->lay, t->lo + i);
 	t->data_rng = o->seed * 0x9e3779b97f4a7c15ULL + 0x6461746172ULL;
 	if (!t->data_rng)
 		t->data_rng = 1;
+	if (!cpu)
+		open_gpu(t, rows);
 }
 
 static void teardown(struct trainer *t)
 {
+	if (t->gpu)
+		gpu_arena_detach(t->gpu); /* before the arena goes */
 	ckpt_close(t->ck);
+	gpu_close(t->gpu);
 	model_work_free(&t->work);
 	corpus_free(&t->text);
 	free(t->params);
@@ -907,6 +1046,8 @@ int main(int argc, char **argv)
 		    t.world, o->batch, o->seq,
 		    o->mode == MODE_ASYNC ? "async" : o->mode == MODE_SYNC ? "sync" : "off",
 		    o->ckpt_every);
+	if (t.gpu && t.rank == 0)
+		say("device: cuda, %d ranks, rank 0 on %s", t.world, gpu_describe(t.gpu));
 
 	if (o->mode == MODE_ASYNC) {
 		int r = ck_connect(&t, 2000);
@@ -952,8 +1093,10 @@ int main(int argc, char **argv)
 			    t.last_saved, o->wait_ms, t.rank, ckpt_strerror(r));
 		poll_events(&t);
 	}
-	if (o->dump)
+	if (o->dump) {
+		host_state(&t, 1);
 		dump_state(&t);
+	}
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (t.rank == 0)
 		say("done: steps %" PRIu64 "..%" PRIu64 " in %.2f s (%.1f steps/s), rank 0 saves %" PRIu64

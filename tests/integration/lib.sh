@@ -81,7 +81,11 @@ ckptd_start() {
 	rm -f "$sock"
 	echo "=== start $(date +%T.%3N): $* ===" >>"$T/ckptd-$name.log"
 	# --config '': no system config file; tests say every setting they rely on.
-	"$CKPTD" --config '' --root "$root" --socket "$sock" --log-level debug "$@" \
+	# Metrics on a free loopback port (written to $T/NAME.metrics-port), so
+	# that every test exercises the endpoint and none collide on a port.
+	rm -f "$T/$name.metrics-port"
+	"$CKPTD" --config '' --root "$root" --socket "$sock" --log-level debug \
+		--metrics-listen 127.0.0.1:0 --metrics-port-file "$T/$name.metrics-port" "$@" \
 		>>"$T/ckptd-$name.log" 2>&1 &
 	CKPTD_PID[$name]=$!
 	for i in $(seq 1 200); do
@@ -96,6 +100,9 @@ ckptd_start() {
 }
 
 sock() { echo "$T/$1.sock"; }
+
+# metrics_port NAME: the port ckptd NAME serves /metrics on (written at start).
+metrics_port() { cat "$T/$1.metrics-port"; }
 
 ckptd_alive() { kill -0 "${CKPTD_PID[$1]}" 2>/dev/null; }
 

@@ -80,3 +80,27 @@ last_committed() {
 	grep -Eo 'ckpt step [0-9]+ committed' "$T/$1.log" 2>/dev/null |
 		awk '{ if ($3 > m) m = $3 } END { print m + 0 }'
 }
+
+# gpu_setup: for the --device cuda tests. Sets GPU_NP to the ranks a GPU
+# job can have here (one per GPU, NCCL's rule; at most 2), or skips the
+# test when this ckpt-train has no GPU support or the machine no GPU.
+gpu_setup() {
+	local out rc n
+	# NCCL's bootstrap on loopback, like everything else here; its
+	# warnings land in the job's log.
+	export NCCL_SOCKET_IFNAME=lo NCCL_DEBUG=WARN
+	out=$(timeout 120 "$MPIRUN" -np 1 "$CKPT_TRAIN" --device cuda --data "$CKPT_TRAIN_DATA" \
+		--steps 0 --ckpt-mode off 2>&1)
+	rc=$?
+	if [ "$rc" -eq 2 ] && grep -q 'built without GPU support' <<<"$out"; then
+		skip "this ckpt-train was built without GPU support (-Dgpu=enabled)"
+	fi
+	if [ "$rc" -eq 2 ] && grep -q 'no CUDA device' <<<"$out"; then
+		skip "no GPU on this machine ($(grep -o 'no CUDA device.*' <<<"$out" | head -n 1))"
+	fi
+	[ "$rc" -eq 0 ] || { echo "$out" >&2; fail "probing --device cuda: exit status $rc"; }
+	n=$(sed -n 's/^device: cuda.* of \([0-9]*\))$/\1/p' <<<"$out")
+	[ -n "$n" ] && [ "$n" -ge 1 ] || fail "no device count in: $out"
+	GPU_NP=$((n >= 2 ? 2 : 1))
+	log "$(grep '^device:' <<<"$out"); GPU jobs use $GPU_NP rank(s)"
+}

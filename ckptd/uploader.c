@@ -1,0 +1,1731 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The S3 tier (see uploader.h). One queue of tasks, worked on one at a
+ * time (the first that is due): scanning a job (what S3 already holds,
+ * which root steps still need uploading, which multipart uploads are
+ * orphans), uploading a step, deleting a step past S3 retention. Inside an
+ * upload, up to s3_parallel units (a part, or a whole small object) are in
+ * flight; a unit's bytes are read and digested on a worker thread, then
+ * sent by the S3 client on the event loop.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+#include "ckptd.h"
+#include "events.h"
+#include "log.h"
+#include "metrics.h"
+#include "s3.h"
+#include "store.h"
+#include "uploader.h"
+#include "workers.h"
+
+#define KEY_MAX 1100
+/* Delay before a failed task is tried again: doubles from the first to the
+ * last; an authentication failure waits the longest at once. */
+#define RETRY_FIRST_NS (5ull * 1000000000ull)
+#define RETRY_MAX_NS (600ull * 1000000000ull)
+#define MANIFEST_MAX ((size_t)1 << 30)
+
+enum task_kind { TASK_SCAN, TASK_UPLOAD, TASK_DELETE };
+
+enum obj_state { OBJ_TODO, OBJ_BUSY, OBJ_PARTS, OBJ_DONE };
+
+struct s3job {
+	struct s3job *next;
+	char name[CKPT_JOB_NAME_MAX + 1];
+	bool scanned;          /* s3_steps is known */
+	uint64_t *s3_steps;    /* committed on S3, ascending */
+	size_t n_s3, cap_s3;
+};
+
+struct obj {
+	char name[32];         /* rank-000001.shard */
+	uint64_t size;
+	uint64_t s3_size;      /* size of the object already there, UINT64_MAX: none */
+	enum obj_state state;
+	/* multipart */
+	char *upload_id;
+	uint64_t part_size;
+	uint32_t nparts, next_part, parts_done;
+	char **etags;          /* [nparts] as UploadPart returned them */
+	char **old_etags;      /* [nparts] of an unfinished upload found in S3 */
+	uint64_t *old_sizes;
+};
+
+struct upload_id_entry {
+	char *key, *upload_id;
+};
+
+struct task {
+	struct task *next;
+	struct uploader *u;
+	enum task_kind kind;
+	struct s3job *job;
+	uint64_t step;
+	uint64_t not_before_ns;
+	unsigned failures;
+	bool running;
+	int phase;
+	unsigned ops;          /* S3 operations and worker reads in flight */
+	int err;
+	char why[600];
+	char *marker;          /* listing continuation */
+	/* upload */
+	int stepfd;
+	char *manifest;
+	size_t manifest_len;
+	struct obj *objs;
+	size_t n_objs;
+	uint64_t bytes_total, bytes_sent;
+	unsigned parts_reused;     /* found in S3 after a restart, not sent again */
+	uint64_t started_ns;
+	/* scan and upload: multipart uploads found */
+	struct upload_id_entry *uploads;
+	size_t n_uploads, cap_uploads, next_abort;
+	/* delete: keys listed */
+	char **keys;
+	size_t n_keys, next_key;
+};
+
+struct unit {
+	struct task *t;
+	struct obj *o;         /* NULL: the manifest or LATEST */
+	uint32_t part;         /* 1-based; 0: a whole object */
+	uint64_t off, len;
+	uint8_t *buf;
+	uint8_t md5[16], sha256[32];
+	int err;
+};
+
+struct uploader {
+	struct daemon *d;
+	s3_client *c;
+	struct s3_config cfg;
+	struct s3_url url;
+	int epfd;              /* the client's sockets and our timers */
+	int client_tfd, retry_tfd;
+	struct s3job *jobs;
+	struct task *head, *tail;
+	unsigned units;        /* parts or small objects in flight */
+	bool closing;
+	uint64_t backoff_ns;
+};
+
+enum { TAG_CLIENT_TIMER = 1, TAG_RETRY_TIMER = 2, TAG_FD = 3 };
+#define EV_DATA(tag, fd) (((uint64_t)(tag) << 32) | (uint32_t)(fd))
+
+static uint64_t now_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void pump(struct uploader *u);
+static void task_step(struct task *t);
+
+/* ---- keys ----------------------------------------------------------------- */
+
+static void job_key(const struct uploader *u, const char *job, char *out, size_t cap)
+{
+	if (u->url.prefix[0])
+		snprintf(out, cap, "%s/%s", u->url.prefix, job);
+	else
+		snprintf(out, cap, "%s", job);
+}
+
+static void step_key(const struct uploader *u, const char *job, uint64_t step,
+		     const char *name, char *out, size_t cap)
+{
+	char jk[KEY_MAX], dname[32];
+
+	job_key(u, job, jk, sizeof(jk));
+	ckpt_step_dirname(dname, sizeof(dname), step);
+	snprintf(out, cap, "%s/%s/%s", jk, dname, name ? name : "");
+}
+
+/* The step of a key under the job's prefix ("<jk>/step-N/..."), or 0. */
+static uint64_t key_step(const struct uploader *u, const char *job, const char *key,
+			 const char **rest)
+{
+	char jk[KEY_MAX], dname[32];
+	uint64_t step;
+
+	job_key(u, job, jk, sizeof(jk));
+	size_t n = strlen(jk);
+	if (strncmp(key, jk, n) != 0 || key[n] != '/')
+		return 0;
+	const char *s = key + n + 1, *slash = strchr(s, '/');
+	if (!slash || (size_t)(slash - s) >= sizeof(dname))
+		return 0;
+	memcpy(dname, s, (size_t)(slash - s));
+	dname[slash - s] = '\0';
+	if (ckpt_step_dirname_parse(dname, &step) < 0)
+		return 0;
+	if (rest)
+		*rest = slash + 1;
+	return step;
+}
+
+/* ---- jobs and policy --------------------------------------------------------- */
+
+static struct s3job *job_find(struct uploader *u, const char *name, bool create)
+{
+	for (struct s3job *j = u->jobs; j; j = j->next)
+		if (!strcmp(j->name, name))
+			return j;
+	if (!create)
+		return NULL;
+	struct s3job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	j->next = u->jobs;
+	u->jobs = j;
+	return j;
+}
+
+static bool steps_has(const uint64_t *v, size_t n, uint64_t step)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == step)
+			return true;
+	return false;
+}
+
+static int s3_steps_insert(struct s3job *j, uint64_t step)
+{
+	if (steps_has(j->s3_steps, j->n_s3, step))
+		return 0;
+	if (j->n_s3 == j->cap_s3) {
+		size_t cap = j->cap_s3 ? 2 * j->cap_s3 : 16;
+		uint64_t *v = realloc(j->s3_steps, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		j->s3_steps = v;
+		j->cap_s3 = cap;
+	}
+	size_t i = j->n_s3;
+	while (i > 0 && j->s3_steps[i - 1] > step) {
+		j->s3_steps[i] = j->s3_steps[i - 1];
+		i--;
+	}
+	j->s3_steps[i] = step;
+	j->n_s3++;
+	return 0;
+}
+
+static void s3_steps_remove(struct s3job *j, uint64_t step)
+{
+	for (size_t i = 0; i < j->n_s3; i++)
+		if (j->s3_steps[i] == step) {
+			memmove(j->s3_steps + i, j->s3_steps + i + 1, (j->n_s3 - i - 1) * sizeof(uint64_t));
+			j->n_s3--;
+			return;
+		}
+}
+
+/*
+ * Whether S3 retention keeps `step` among `all` (ascending, every step
+ * committed anywhere that the policy weighs): the newest s3_keep_last, the
+ * multiples of s3_keep_every, and always the newest.
+ */
+static bool policy_keeps(const struct uploader *u, const uint64_t *all, size_t n, uint64_t step)
+{
+	const struct ckptd_config *cfg = u->d->cfg;
+	size_t newer = 0;
+
+	if (cfg->s3_keep_every && step % cfg->s3_keep_every == 0)
+		return true;
+	if (cfg->s3_keep_last == 0)
+		return true;
+	for (size_t i = 0; i < n; i++)
+		if (all[i] > step)
+			newer++;
+	return newer < cfg->s3_keep_last;
+}
+
+/* ---- queue ----------------------------------------------------------------- */
+
+static struct task *task_new(struct uploader *u, enum task_kind kind, struct s3job *j,
+			     uint64_t step)
+{
+	struct task *t = calloc(1, sizeof(*t));
+
+	if (!t) {
+		log_error("s3", "out of memory queueing work job=%s step=%" PRIu64, j->name, step);
+		return NULL;
+	}
+	t->u = u;
+	t->kind = kind;
+	t->job = j;
+	t->step = step;
+	t->stepfd = -1;
+	if (u->tail)
+		u->tail->next = t;
+	else
+		u->head = t;
+	u->tail = t;
+	return t;
+}
+
+static struct task *task_find(const struct uploader *u, enum task_kind kind, const char *job,
+			      uint64_t step)
+{
+	for (struct task *t = u->head; t; t = t->next)
+		if (t->kind == kind && t->step == step && !strcmp(t->job->name, job))
+			return t;
+	return NULL;
+}
+
+static void task_reset(struct task *t)
+{
+	if (t->stepfd >= 0)
+		close(t->stepfd);
+	t->stepfd = -1;
+	free(t->manifest);
+	t->manifest = NULL;
+	for (size_t i = 0; i < t->n_objs; i++) {
+		struct obj *o = &t->objs[i];
+		for (uint32_t p = 0; p < o->nparts; p++) {
+			if (o->etags)
+				free(o->etags[p]);
+			if (o->old_etags)
+				free(o->old_etags[p]);
+		}
+		free(o->etags);
+		free(o->old_etags);
+		free(o->old_sizes);
+		free(o->upload_id);
+	}
+	free(t->objs);
+	t->objs = NULL;
+	t->n_objs = 0;
+	for (size_t i = 0; i < t->n_uploads; i++) {
+		free(t->uploads[i].key);
+		free(t->uploads[i].upload_id);
+	}
+	free(t->uploads);
+	t->uploads = NULL;
+	t->n_uploads = t->cap_uploads = t->next_abort = 0;
+	for (size_t i = 0; i < t->n_keys; i++)
+		free(t->keys[i]);
+	free(t->keys);
+	t->keys = NULL;
+	t->n_keys = t->next_key = 0;
+	free(t->marker);
+	t->marker = NULL;
+	t->phase = 0;
+	t->err = 0;
+	t->why[0] = '\0';
+	t->bytes_total = t->bytes_sent = 0;
+	t->parts_reused = 0;
+	t->running = false;
+}
+
+static void task_unlink(struct task *t)
+{
+	struct uploader *u = t->u;
+	struct task **pp = &u->head, *prev = NULL;
+
+	while (*pp && *pp != t) {
+		prev = *pp;
+		pp = &(*pp)->next;
+	}
+	if (!*pp)
+		return;
+	*pp = t->next;
+	if (u->tail == t)
+		u->tail = prev;
+	t->next = NULL;
+}
+
+static void task_free(struct task *t)
+{
+	task_reset(t);
+	free(t);
+}
+
+static void queue_metrics(struct uploader *u)
+{
+	unsigned n = 0;
+
+	for (struct task *t = u->head; t; t = t->next)
+		n += t->kind == TASK_UPLOAD;
+	metrics_set(M_QUEUE_DEPTH, n, "s3");
+}
+
+/* The task is over (done, or dropped): unlink, free, go on. */
+static void task_finish(struct task *t)
+{
+	struct uploader *u = t->u;
+
+	task_unlink(t);
+	task_free(t);
+	queue_metrics(u);
+	pump(u);
+}
+
+static const char *error_kind(int err)
+{
+	switch (err) {
+	case -EACCES: return "auth";
+	case -ENOENT: return "not_found";
+	case -EAGAIN: return "throttled";
+	case -EIO: return "server";
+	case -ECONNREFUSED: case -ECONNRESET: case -ETIMEDOUT: case -EHOSTUNREACH:
+	case -ENETUNREACH: case -EPIPE:
+		return "transport";
+	default: return "other";
+	}
+}
+
+/* Record the first failure of the task; it ends once nothing is in flight. */
+static void task_fail(struct task *t, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void task_fail(struct task *t, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (t->err)
+		return;
+	t->err = err < 0 ? err : -EIO;
+	va_start(ap, fmt);
+	vsnprintf(t->why, sizeof(t->why), fmt, ap);
+	va_end(ap);
+}
+
+static void arm_retry_timer(struct uploader *u)
+{
+	uint64_t soonest = 0;
+
+	for (struct task *t = u->head; t; t = t->next)
+		if (!t->running && t->not_before_ns && (!soonest || t->not_before_ns < soonest))
+			soonest = t->not_before_ns;
+	struct itimerspec its = { 0 };
+	if (soonest) {
+		uint64_t now = now_mono_ns(), wait = soonest > now ? soonest - now : 1;
+		its.it_value.tv_sec = (time_t)(wait / 1000000000ull);
+		its.it_value.tv_nsec = (long)(wait % 1000000000ull);
+	}
+	timerfd_settime(u->retry_tfd, 0, &its, NULL);
+}
+
+/* A failed task, once idle: log, count, and try it again later. */
+static void task_failed(struct task *t)
+{
+	struct uploader *u = t->u;
+	const char *what = t->kind == TASK_SCAN ? "scan" : t->kind == TASK_UPLOAD ? "upload" : "delete";
+
+	t->failures++;
+	if (t->err == -EACCES)
+		u->backoff_ns = RETRY_MAX_NS;
+	else
+		u->backoff_ns = u->backoff_ns ? u->backoff_ns * 2 : RETRY_FIRST_NS;
+	if (u->backoff_ns > RETRY_MAX_NS)
+		u->backoff_ns = RETRY_MAX_NS;
+	metrics_inc(M_S3_ERRORS_TOTAL, error_kind(t->err));
+	log_error("s3", "%s failed job=%s step=%" PRIu64 " attempt=%u retry_in_s=%.0f error=\"%s\"%s",
+		  what, t->job->name, t->step, t->failures, (double)u->backoff_ns / 1e9, t->why,
+		  t->err == -EACCES ? " hint=\"check the S3 credentials and the bucket policy\"" : "");
+	if (t->kind == TASK_UPLOAD)
+		events_s3_upload_failed(t->job->name, t->step, t->failures, t->why);
+	task_reset(t);
+	t->not_before_ns = now_mono_ns() + u->backoff_ns;
+	/* Behind the others: one broken step does not hold up the rest. */
+	task_unlink(t);
+	if (u->tail)
+		u->tail->next = t;
+	else
+		u->head = t;
+	u->tail = t;
+	arm_retry_timer(u);
+	pump(u);
+}
+
+/* An operation of t completed: go on, or end a failed task once idle. */
+static void task_op_done(struct task *t)
+{
+	t->ops--;
+	if (t->u->closing)
+		return;
+	if (t->err) {
+		if (t->ops == 0)
+			task_failed(t);
+		return;
+	}
+	task_step(t);
+}
+
+static void count_attempts(const struct s3_result *res)
+{
+	if (res->attempts > 1)
+		metrics_add(M_S3_RETRIES_TOTAL, (double)(res->attempts - 1));
+}
+
+/* ---- listing helpers ------------------------------------------------------------ */
+
+static int uploads_add(struct task *t, const char *key, const char *id)
+{
+	if (t->n_uploads == t->cap_uploads) {
+		size_t cap = t->cap_uploads ? 2 * t->cap_uploads : 8;
+		struct upload_id_entry *v = realloc(t->uploads, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		t->uploads = v;
+		t->cap_uploads = cap;
+	}
+	t->uploads[t->n_uploads].key = strdup(key);
+	t->uploads[t->n_uploads].upload_id = strdup(id);
+	if (!t->uploads[t->n_uploads].key || !t->uploads[t->n_uploads].upload_id) {
+		free(t->uploads[t->n_uploads].key);
+		free(t->uploads[t->n_uploads].upload_id);
+		return -ENOMEM;
+	}
+	t->n_uploads++;
+	return 0;
+}
+
+/* Keep the listing's continuation; returns whether there is more. */
+static bool page_next(struct task *t, const struct s3_list *l)
+{
+	free(t->marker);
+	t->marker = NULL;
+	if (l && l->truncated && l->next_marker && l->next_marker[0]) {
+		t->marker = strdup(l->next_marker);
+		return t->marker != NULL;
+	}
+	return false;
+}
+
+static int list_objects(struct task *t, const char *prefix, s3_done_fn done)
+{
+	struct uploader *u = t->u;
+	struct s3_list_args a = { .prefix = prefix, .marker = t->marker };
+	int r = s3_list_objects(u->c, u->url.bucket, &a, done, t);
+
+	if (r == 0)
+		t->ops++;
+	return r;
+}
+
+/* ---- scan ------------------------------------------------------------------------ */
+
+enum { SCAN_LIST_STEPS = 0, SCAN_LIST_UPLOADS, SCAN_PLAN, SCAN_ABORT, SCAN_DONE };
+
+static void scan_steps_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+	struct uploader *u = t->u;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing s3://%s: %s", u->url.bucket, res->error);
+	} else {
+		for (size_t i = 0; res->list && i < res->list->n_objects; i++) {
+			const char *rest;
+			uint64_t step = key_step(u, t->job->name, res->list->objects[i].key, &rest);
+			if (step && !strcmp(rest, CKPT_MANIFEST_NAME) && s3_steps_insert(t->job, step) < 0)
+				task_fail(t, -ENOMEM, "out of memory");
+		}
+		if (!page_next(t, res->list))
+			t->phase = SCAN_LIST_UPLOADS;
+	}
+	task_op_done(t);
+}
+
+static void scan_uploads_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+	struct uploader *u = t->u;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", u->url.bucket,
+			  res->error);
+	} else {
+		for (size_t i = 0; res->list && i < res->list->n_uploads; i++)
+			if (uploads_add(t, res->list->uploads[i].key, res->list->uploads[i].upload_id) < 0)
+				task_fail(t, -ENOMEM, "out of memory");
+		/* ListMultipartUploads pages by key marker and upload-id marker. */
+		bool more = res->list && res->list->truncated && res->list->next_marker;
+		free(t->marker);
+		t->marker = more ? strdup(res->list->next_marker) : NULL;
+		if (!more)
+			t->phase = SCAN_PLAN;
+	}
+	task_op_done(t);
+}
+
+static void queue_deletions(struct uploader *u, struct s3job *j);
+
+/* Decide what to upload from what the root holds and S3 lacks. */
+static void scan_plan(struct task *t)
+{
+	struct uploader *u = t->u;
+	struct s3job *j = t->job;
+	_cleanup_close_ int jobfd = openat(u->d->root_fd, j->name,
+					   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	uint64_t *root = NULL, *all = NULL;
+	size_t n_root = 0;
+
+	j->scanned = true;
+	if (jobfd >= 0 && store_list_steps(jobfd, true, &root, &n_root) < 0) {
+		root = NULL;
+		n_root = 0;
+	}
+	all = calloc(n_root + j->n_s3 + 1, sizeof(*all));
+	if (!all) {
+		free(root);
+		task_fail(t, -ENOMEM, "out of memory");
+		return;
+	}
+	size_t n_all = 0;
+	for (size_t i = 0; i < n_root; i++)
+		all[n_all++] = root[i];
+	for (size_t i = 0; i < j->n_s3; i++)
+		if (!steps_has(root, n_root, j->s3_steps[i]))
+			all[n_all++] = j->s3_steps[i];
+	/* Newest first: the step a restore wants most is safe soonest. */
+	unsigned queued = 0;
+	for (size_t i = n_root; i-- > 0;) {
+		uint64_t s = root[i];
+		if (steps_has(j->s3_steps, j->n_s3, s) || !policy_keeps(u, all, n_all, s) ||
+		    task_find(u, TASK_UPLOAD, j->name, s))
+			continue;
+		if (task_new(u, TASK_UPLOAD, j, s))
+			queued++;
+	}
+	if (j->n_s3)
+		metrics_set(M_NEWEST_COMMITTED_STEP, (double)j->s3_steps[j->n_s3 - 1], j->name, "s3");
+	log_info("s3", "scanned job=%s s3_steps=%zu root_steps=%zu to_upload=%u open_uploads=%zu",
+		 j->name, j->n_s3, n_root, queued, t->n_uploads);
+	free(root);
+	free(all);
+	queue_metrics(u);
+	queue_deletions(u, j);
+	t->phase = SCAN_ABORT;
+}
+
+static void scan_abort_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	/* An upload that is already gone is what we wanted. */
+	if (res->err && res->err != -ENOENT)
+		log_warn("s3", "abort of an orphaned multipart upload failed job=%s error=\"%s\"",
+			 t->job->name, res->error);
+	task_op_done(t);
+}
+
+static void scan_step(struct task *t)
+{
+	struct uploader *u = t->u;
+	char jk[KEY_MAX], prefix[KEY_MAX + 8];
+	int r = 0;
+
+	job_key(u, t->job->name, jk, sizeof(jk));
+	switch (t->phase) {
+	case SCAN_LIST_STEPS:
+		snprintf(prefix, sizeof(prefix), "%s/step-", jk);
+		r = list_objects(t, prefix, scan_steps_done);
+		break;
+	case SCAN_LIST_UPLOADS: {
+		snprintf(prefix, sizeof(prefix), "%s/", jk);
+		struct s3_list_args a = { .prefix = prefix, .marker = t->marker };
+		r = s3_list_multipart_uploads(u->c, u->url.bucket, &a, scan_uploads_done, t);
+		if (r == 0)
+			t->ops++;
+		break;
+	}
+	case SCAN_PLAN:
+		scan_plan(t);
+		if (t->err) {
+			task_failed(t);
+			return;
+		}
+		/* fall through */
+	case SCAN_ABORT:
+		/* One at a time: orphans are rare, and this keeps it simple. */
+		while (t->next_abort < t->n_uploads) {
+			struct upload_id_entry *e = &t->uploads[t->next_abort++];
+			uint64_t s = key_step(u, t->job->name, e->key, NULL);
+			if (s && task_find(u, TASK_UPLOAD, t->job->name, s))
+				continue; /* the upload task resumes it */
+			log_info("s3", "aborting orphaned multipart upload job=%s key=%s", t->job->name,
+				 e->key);
+			r = s3_abort_multipart(u->c, u->url.bucket, e->key, e->upload_id,
+					       scan_abort_done, t);
+			if (r == 0) {
+				t->ops++;
+				return;
+			}
+		}
+		t->phase = SCAN_DONE;
+		task_finish(t);
+		return;
+	default:
+		return;
+	}
+	if (r < 0) {
+		task_fail(t, r, "starting a request: %s", strerror(-r));
+		if (t->ops == 0)
+			task_failed(t);
+	}
+}
+
+/* ---- retention on S3 ----------------------------------------------------------------- */
+
+static void queue_deletions(struct uploader *u, struct s3job *j)
+{
+	if (u->d->cfg->s3_keep_last == 0 || j->n_s3 < 2)
+		return;
+	/* Never the newest; evaluate against a copy since we remove as we go. */
+	uint64_t *all = malloc(j->n_s3 * sizeof(*all));
+	size_t n = j->n_s3;
+	if (!all)
+		return;
+	memcpy(all, j->s3_steps, n * sizeof(*all));
+	for (size_t i = 0; i + 1 < n; i++) {
+		if (policy_keeps(u, all, n, all[i]) || task_find(u, TASK_DELETE, j->name, all[i]))
+			continue;
+		/* No longer counted as on S3 from now on: a restore will not
+		 * pick it, and the manifest goes first. */
+		s3_steps_remove(j, all[i]);
+		task_new(u, TASK_DELETE, j, all[i]);
+	}
+	free(all);
+}
+
+enum { DEL_MANIFEST = 0, DEL_LIST, DEL_KEYS, DEL_DONE };
+
+static void del_manifest_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err && res->err != -ENOENT)
+		task_fail(t, res->err, "%s", res->error);
+	else
+		t->phase = DEL_LIST;
+	task_op_done(t);
+}
+
+static void del_list_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "%s", res->error);
+	} else {
+		size_t n = res->list ? res->list->n_objects : 0;
+		t->keys = calloc(n ? n : 1, sizeof(char *));
+		if (!t->keys) {
+			task_fail(t, -ENOMEM, "out of memory");
+		} else {
+			for (size_t i = 0; i < n; i++)
+				if ((t->keys[t->n_keys] = strdup(res->list->objects[i].key)))
+					t->n_keys++;
+			t->next_key = 0;
+			t->phase = n ? DEL_KEYS : DEL_DONE;
+		}
+	}
+	task_op_done(t);
+}
+
+static void del_key_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err && res->err != -ENOENT)
+		task_fail(t, res->err, "%s", res->error);
+	task_op_done(t);
+}
+
+static void delete_step(struct task *t)
+{
+	struct uploader *u = t->u;
+	char key[KEY_MAX + 64];
+	int r = 0;
+
+	switch (t->phase) {
+	case DEL_MANIFEST:
+		step_key(u, t->job->name, t->step, CKPT_MANIFEST_NAME, key, sizeof(key));
+		r = s3_delete_object(u->c, u->url.bucket, key, del_manifest_done, t);
+		if (r == 0)
+			t->ops++;
+		break;
+	case DEL_LIST:
+		for (size_t i = 0; i < t->n_keys; i++)
+			free(t->keys[i]);
+		free(t->keys);
+		t->keys = NULL;
+		t->n_keys = 0;
+		step_key(u, t->job->name, t->step, NULL, key, sizeof(key));
+		r = list_objects(t, key, del_list_done);
+		break;
+	case DEL_KEYS:
+		if (t->next_key < t->n_keys) {
+			r = s3_delete_object(u->c, u->url.bucket, t->keys[t->next_key++],
+					     del_key_done, t);
+			if (r == 0)
+				t->ops++;
+		} else {
+			/* Listed again until nothing is left under the step. */
+			t->phase = DEL_LIST;
+			delete_step(t);
+			return;
+		}
+		break;
+	case DEL_DONE:
+		log_info("s3", "removed by retention job=%s step=%" PRIu64, t->job->name, t->step);
+		task_finish(t);
+		return;
+	}
+	if (r < 0) {
+		task_fail(t, r, "starting a request: %s", strerror(-r));
+		if (t->ops == 0)
+			task_failed(t);
+	}
+}
+
+/* ---- upload ---------------------------------------------------------------------------- */
+
+enum { UP_OPEN = 0, UP_LIST, UP_LIST_UPLOADS, UP_OBJECTS, UP_MANIFEST, UP_LATEST, UP_CLEANUP_LIST,
+       UP_CLEANUP_ABORT, UP_DONE };
+
+static int upload_open(struct task *t)
+{
+	struct uploader *u = t->u;
+	char dname[32];
+	struct ckpt_manifest m = { 0 };
+	char why[256] = "";
+	int r;
+
+	ckpt_step_dirname(dname, sizeof(dname), t->step);
+	_cleanup_close_ int jobfd = openat(u->d->root_fd, t->job->name,
+					   O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (jobfd < 0)
+		return -errno;
+	t->stepfd = openat(jobfd, dname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (t->stepfd < 0)
+		return -errno;
+	r = store_read_file(t->stepfd, CKPT_MANIFEST_NAME, MANIFEST_MAX, (void **)&t->manifest,
+			    &t->manifest_len);
+	if (r < 0)
+		return r;
+	r = ckpt_manifest_decode(t->manifest, t->manifest_len, &m, why, sizeof(why));
+	if (r < 0) {
+		snprintf(t->why, sizeof(t->why), "%s/%s: %s", dname, CKPT_MANIFEST_NAME, why);
+		return r;
+	}
+	t->objs = calloc(2 * (size_t)m.world_size, sizeof(*t->objs));
+	if (!t->objs) {
+		ckpt_manifest_free(&m);
+		return -ENOMEM;
+	}
+	t->n_objs = 2 * (size_t)m.world_size;
+	for (uint32_t i = 0; i < m.world_size; i++) {
+		struct obj *s = &t->objs[i], *x = &t->objs[m.world_size + i];
+		ckpt_shard_filename(s->name, sizeof(s->name), i);
+		ckpt_index_filename(x->name, sizeof(x->name), i);
+		s->size = m.ranks[i].shard_bytes;
+		x->size = m.ranks[i].index_bytes;
+		s->s3_size = x->s3_size = UINT64_MAX;
+		t->bytes_total += s->size + x->size;
+	}
+	t->bytes_total += t->manifest_len;
+	ckpt_manifest_free(&m);
+	return 0;
+}
+
+static struct obj *obj_by_key(struct task *t, const char *key)
+{
+	const char *rest;
+
+	if (key_step(t->u, t->job->name, key, &rest) != t->step)
+		return NULL;
+	for (size_t i = 0; i < t->n_objs; i++)
+		if (!strcmp(t->objs[i].name, rest))
+			return &t->objs[i];
+	return NULL;
+}
+
+static void up_list_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing s3://%s: %s", t->u->url.bucket, res->error);
+	} else {
+		for (size_t i = 0; res->list && i < res->list->n_objects; i++) {
+			struct obj *o = obj_by_key(t, res->list->objects[i].key);
+			if (o)
+				o->s3_size = res->list->objects[i].size;
+		}
+		if (!page_next(t, res->list))
+			t->phase = UP_LIST_UPLOADS;
+	}
+	task_op_done(t);
+}
+
+static void up_uploads_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", t->u->url.bucket,
+			  res->error);
+	} else {
+		for (size_t i = 0; res->list && i < res->list->n_uploads; i++) {
+			struct obj *o = obj_by_key(t, res->list->uploads[i].key);
+			if (o && !o->upload_id && o->s3_size == UINT64_MAX)
+				o->upload_id = strdup(res->list->uploads[i].upload_id);
+		}
+		bool more = res->list && res->list->truncated && res->list->next_marker;
+		free(t->marker);
+		t->marker = more ? strdup(res->list->next_marker) : NULL;
+		if (!more)
+			t->phase = UP_OBJECTS;
+	}
+	task_op_done(t);
+}
+
+/* Worker thread: read the unit's bytes and digest them. */
+static void unit_read_run(void *arg)
+{
+	struct unit *w = arg;
+	int fd = -1;
+
+	w->buf = malloc(w->len ? w->len : 1);
+	if (!w->buf) {
+		w->err = -ENOMEM;
+		return;
+	}
+	if (w->o) {
+		fd = openat(w->t->stepfd, w->o->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			w->err = -errno;
+			return;
+		}
+		for (uint64_t done = 0; done < w->len;) {
+			ssize_t n = pread(fd, w->buf + done, w->len - done, (off_t)(w->off + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				w->err = n < 0 ? -errno : -ENODATA;
+				close(fd);
+				return;
+			}
+			done += (uint64_t)n;
+		}
+		close(fd);
+	}
+	unsigned int len;
+	if (!EVP_Digest(w->buf, w->len, w->md5, &len, EVP_md5(), NULL) ||
+	    !EVP_Digest(w->buf, w->len, w->sha256, &len, EVP_sha256(), NULL))
+		w->err = -EIO;
+}
+
+static void unit_free(struct unit *w)
+{
+	free(w->buf);
+	free(w);
+}
+
+static void unit_sent(const struct s3_result *res, void *arg)
+{
+	struct unit *w = arg;
+	struct task *t = w->t;
+	struct uploader *u = t->u;
+
+	count_attempts(res);
+	u->units--;
+	if (res->err) {
+		char key[KEY_MAX + 64];
+		step_key(u, t->job->name, t->step, w->o->name, key, sizeof(key));
+		task_fail(t, res->err, "%s", res->error[0] ? res->error : key);
+	} else if (!u->closing) {
+		t->bytes_sent += w->len;
+		metrics_add(M_S3_UPLOADED_BYTES_TOTAL, (double)w->len, t->job->name);
+		if (w->part) {
+			w->o->etags[w->part - 1] = strdup(res->etag ? res->etag : "");
+			w->o->parts_done++;
+		} else {
+			w->o->state = OBJ_DONE;
+		}
+	}
+	unit_free(w);
+	task_op_done(t);
+}
+
+/* Loop thread: the bytes are read; send them (or find them already sent). */
+static void unit_read_done(void *arg)
+{
+	struct unit *w = arg;
+	struct task *t = w->t;
+	struct uploader *u = t->u;
+	char key[KEY_MAX + 64];
+	int r;
+
+	if (u->closing) {
+		u->units--;
+		t->ops--;
+		unit_free(w);
+		return;
+	}
+	if (w->err || t->err) {
+		if (w->err)
+			task_fail(t, w->err, "reading %s of step %" PRIu64 ": %s", w->o->name, t->step,
+				  strerror(-w->err));
+		u->units--;
+		unit_free(w);
+		task_op_done(t);
+		return;
+	}
+	step_key(u, t->job->name, t->step, w->o->name, key, sizeof(key));
+	struct s3_source src = { .buf = w->buf, .fd = -1, .len = w->len, .sha256 = w->sha256,
+				 .md5 = w->md5 };
+	if (w->part) {
+		/* A part an earlier ckptd sent: same size and MD5 (the ETag of a
+		 * part is its MD5), no need to send it again. */
+		uint32_t i = w->part - 1;
+		if (w->o->old_etags && w->o->old_etags[i] && w->o->old_sizes[i] == w->len) {
+			char hex[35];
+			hex[0] = '"';
+			for (int k = 0; k < 16; k++)
+				snprintf(hex + 1 + 2 * k, 3, "%02x", w->md5[k]);
+			hex[33] = '"';
+			hex[34] = '\0';
+			if (!strcmp(hex, w->o->old_etags[i])) {
+				w->o->etags[i] = strdup(hex);
+				w->o->parts_done++;
+				u->units--;
+				t->parts_reused++;
+				unit_free(w);
+				task_op_done(t);
+				return;
+			}
+		}
+		r = s3_upload_part(u->c, u->url.bucket, key, w->o->upload_id, w->part, &src,
+				   unit_sent, w);
+	} else {
+		r = s3_put_object(u->c, u->url.bucket, key, &src, unit_sent, w);
+	}
+	if (r < 0) {
+		task_fail(t, r, "%s: starting the upload: %s", key, strerror(-r));
+		u->units--;
+		unit_free(w);
+		task_op_done(t);
+	}
+	/* else: t->ops carries over from the read to the send */
+}
+
+static int unit_start(struct task *t, struct obj *o, uint32_t part)
+{
+	struct uploader *u = t->u;
+	struct unit *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->t = t;
+	w->o = o;
+	w->part = part;
+	if (part) {
+		w->off = (uint64_t)(part - 1) * o->part_size;
+		w->len = o->size - w->off < o->part_size ? o->size - w->off : o->part_size;
+	} else {
+		w->len = o->size;
+	}
+	int r = workers_submit(u->d->workers, unit_read_run, unit_read_done, w);
+	if (r < 0) {
+		free(w);
+		return r;
+	}
+	u->units++;
+	t->ops++;
+	return 0;
+}
+
+static void mp_created(const struct s3_result *res, void *arg);
+static void mp_parts_listed(const struct s3_result *res, void *arg);
+static void mp_completed(const struct s3_result *res, void *arg);
+
+struct obj_op {
+	struct task *t;
+	struct obj *o;
+};
+
+static int obj_op(struct task *t, struct obj *o, struct obj_op **out)
+{
+	*out = malloc(sizeof(**out));
+	if (!*out)
+		return -ENOMEM;
+	(*out)->t = t;
+	(*out)->o = o;
+	return 0;
+}
+
+static int mp_prepare(struct obj *o, uint64_t part_size)
+{
+	uint32_t nparts;
+	int r = s3_part_plan(o->size, part_size, &o->part_size, &nparts);
+
+	if (r < 0)
+		return r;
+	o->nparts = nparts;
+	o->etags = calloc(nparts, sizeof(char *));
+	return o->etags ? 0 : -ENOMEM;
+}
+
+static void mp_created(const struct s3_result *res, void *arg)
+{
+	struct obj_op *op = arg;
+	struct task *t = op->t;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "%s", res->error);
+	} else if (!t->u->closing) {
+		op->o->upload_id = strdup(res->upload_id ? res->upload_id : "");
+		op->o->state = op->o->upload_id ? OBJ_PARTS : OBJ_TODO;
+		if (!op->o->upload_id)
+			task_fail(t, -ENOMEM, "out of memory");
+	}
+	free(op);
+	task_op_done(t);
+}
+
+static void mp_parts_listed(const struct s3_result *res, void *arg)
+{
+	struct obj_op *op = arg;
+	struct task *t = op->t;
+	struct obj *o = op->o;
+	bool more = false;
+
+	count_attempts(res);
+	if (res->err == -ENOENT) {
+		/* The upload is gone (aborted, or completed by another ckptd
+		 * before it crashed): start a new one. */
+		free(o->upload_id);
+		o->upload_id = NULL;
+		o->state = OBJ_TODO;
+	} else if (res->err) {
+		task_fail(t, res->err, "%s", res->error);
+	} else if (!t->u->closing) {
+		if (!o->old_etags) {
+			o->old_etags = calloc(o->nparts, sizeof(char *));
+			o->old_sizes = calloc(o->nparts, sizeof(uint64_t));
+		}
+		if (!o->old_etags || !o->old_sizes) {
+			task_fail(t, -ENOMEM, "out of memory");
+		} else {
+			for (size_t i = 0; res->list && i < res->list->n_parts; i++) {
+				const struct s3_part_info *p = &res->list->parts[i];
+				if (p->number >= 1 && p->number <= o->nparts && p->etag) {
+					free(o->old_etags[p->number - 1]);
+					o->old_etags[p->number - 1] = strdup(p->etag);
+					o->old_sizes[p->number - 1] = p->size;
+				}
+			}
+			more = page_next(t, res->list);
+			if (!more)
+				o->state = OBJ_PARTS;
+		}
+	}
+	if (more) {
+		struct s3_list_args a = { .marker = t->marker };
+		char key[KEY_MAX + 64];
+		step_key(t->u, t->job->name, t->step, o->name, key, sizeof(key));
+		if (s3_list_parts(t->u->c, t->u->url.bucket, key, o->upload_id, &a,
+				  mp_parts_listed, op) == 0)
+			return; /* op and t->ops carry over */
+		task_fail(t, -ENOMEM, "listing parts of %s", key);
+	}
+	free(op);
+	task_op_done(t);
+}
+
+static void mp_completed(const struct s3_result *res, void *arg)
+{
+	struct obj_op *op = arg;
+	struct task *t = op->t;
+
+	count_attempts(res);
+	if (res->err)
+		task_fail(t, res->err, "%s", res->error);
+	else
+		op->o->state = OBJ_DONE;
+	free(op);
+	task_op_done(t);
+}
+
+/* Start what can start of the step's objects; true when all are done. */
+static bool upload_schedule(struct task *t)
+{
+	struct uploader *u = t->u;
+	const struct ckptd_config *cfg = u->d->cfg;
+	bool all_done = true;
+	char key[KEY_MAX + 64];
+	int r = 0;
+
+	for (size_t i = 0; i < t->n_objs && !t->err; i++) {
+		struct obj *o = &t->objs[i];
+		struct obj_op *op;
+
+		if (o->state == OBJ_DONE)
+			continue;
+		all_done = false;
+		step_key(u, t->job->name, t->step, o->name, key, sizeof(key));
+		if (o->state == OBJ_TODO) {
+			if (o->s3_size == o->size) {
+				/* Objects appear whole or not at all: this one
+				 * was sent before. */
+				o->state = OBJ_DONE;
+				continue;
+			}
+			if (o->size <= cfg->s3_part_bytes) {
+				if (u->units >= cfg->s3_parallel)
+					break;
+				r = unit_start(t, o, 0);
+				if (r == 0)
+					o->state = OBJ_BUSY;
+			} else {
+				if (!o->etags && (r = mp_prepare(o, cfg->s3_part_bytes)) < 0)
+					break;
+				if ((r = obj_op(t, o, &op)) < 0)
+					break;
+				if (o->upload_id) {
+					struct s3_list_args a = { 0 };
+					r = s3_list_parts(u->c, u->url.bucket, key, o->upload_id, &a,
+							  mp_parts_listed, op);
+				} else {
+					r = s3_create_multipart(u->c, u->url.bucket, key, mp_created, op);
+				}
+				if (r < 0) {
+					free(op);
+					break;
+				}
+				t->ops++;
+				o->state = OBJ_BUSY;
+			}
+			continue;
+		}
+		if (o->state != OBJ_PARTS)
+			continue;
+		while (o->next_part < o->nparts && u->units < cfg->s3_parallel) {
+			r = unit_start(t, o, o->next_part + 1);
+			if (r < 0)
+				break;
+			o->next_part++;
+		}
+		if (r < 0)
+			break;
+		if (o->parts_done == o->nparts) {
+			struct s3_completed_part *parts = calloc(o->nparts, sizeof(*parts));
+			if (!parts) {
+				r = -ENOMEM;
+				break;
+			}
+			for (uint32_t p = 0; p < o->nparts; p++) {
+				parts[p].number = p + 1;
+				parts[p].etag = o->etags[p] ? o->etags[p] : "";
+				log_debug("s3", "complete key=%s part=%u etag=%s", key, p + 1, parts[p].etag);
+			}
+			if ((r = obj_op(t, o, &op)) == 0) {
+				r = s3_complete_multipart(u->c, u->url.bucket, key, o->upload_id, parts,
+							  o->nparts, mp_completed, op);
+				if (r < 0)
+					free(op);
+			}
+			free(parts);
+			if (r < 0)
+				break;
+			t->ops++;
+			o->state = OBJ_BUSY;
+		}
+	}
+	if (r < 0)
+		task_fail(t, r, "%s: %s", key, strerror(-r));
+	return all_done && !t->err;
+}
+
+static void small_put_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err)
+		task_fail(t, res->err, "%s", res->error);
+	else if (!t->u->closing)
+		t->phase++;
+	task_op_done(t);
+}
+
+static int put_bytes(struct task *t, const char *name, const void *buf, size_t len)
+{
+	struct uploader *u = t->u;
+	char key[KEY_MAX + 64];
+	struct s3_source src = { .buf = buf, .fd = -1, .len = len };
+
+	if (!strcmp(name, CKPT_LATEST_NAME)) {
+		char jk[KEY_MAX];
+		job_key(u, t->job->name, jk, sizeof(jk));
+		snprintf(key, sizeof(key), "%s/%s", jk, name);
+	} else {
+		step_key(u, t->job->name, t->step, name, key, sizeof(key));
+	}
+	int r = s3_put_object(u->c, u->url.bucket, key, &src, small_put_done, t);
+	if (r == 0)
+		t->ops++;
+	return r;
+}
+
+static void upload_done(struct task *t)
+{
+	struct uploader *u = t->u;
+	struct s3job *j = t->job;
+	double secs = (double)(now_mono_ns() - t->started_ns) / 1e9;
+
+	if (s3_steps_insert(j, t->step) < 0)
+		log_error("s3", "out of memory recording an upload job=%s", j->name);
+	metrics_set(M_NEWEST_COMMITTED_STEP, (double)j->s3_steps[j->n_s3 - 1], j->name, "s3");
+	log_info("s3", "uploaded job=%s step=%" PRIu64 " bytes=%" PRIu64 " sent=%" PRIu64
+		 " reused_parts=%u seconds=%.3f MBps=%.1f", j->name, t->step, t->bytes_total,
+		 t->bytes_sent, t->parts_reused, secs, secs > 0 ? (double)t->bytes_sent / secs / 1e6 : 0.0);
+	u->backoff_ns = 0;
+	queue_deletions(u, j);
+	task_finish(t);
+}
+
+static void up_leftovers_listed(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", t->u->url.bucket,
+			  res->error);
+	} else {
+		for (size_t i = 0; res->list && i < res->list->n_uploads; i++)
+			if (uploads_add(t, res->list->uploads[i].key, res->list->uploads[i].upload_id) < 0)
+				task_fail(t, -ENOMEM, "out of memory");
+		bool more = res->list && res->list->truncated && res->list->next_marker;
+		free(t->marker);
+		t->marker = more ? strdup(res->list->next_marker) : NULL;
+		if (!more)
+			t->phase = UP_CLEANUP_ABORT;
+	}
+	task_op_done(t);
+}
+
+static void up_abort_done(const struct s3_result *res, void *arg)
+{
+	struct task *t = arg;
+
+	count_attempts(res);
+	if (res->err && res->err != -ENOENT)
+		log_warn("s3", "abort of a leftover multipart upload failed job=%s step=%" PRIu64
+			 " error=\"%s\"", t->job->name, t->step, res->error);
+	task_op_done(t);
+}
+
+static void upload_step(struct task *t)
+{
+	struct uploader *u = t->u;
+	char prefix[KEY_MAX + 64];
+	int r = 0;
+
+	switch (t->phase) {
+	case UP_OPEN:
+		t->started_ns = now_mono_ns();
+		r = upload_open(t);
+		if (r == -ENOENT) {
+			/* Gone from the root before it could be uploaded (by hand:
+			 * retention waits for us). Nothing to send. */
+			log_warn("s3", "step gone from the root before its upload job=%s step=%" PRIu64,
+				 t->job->name, t->step);
+			task_finish(t);
+			return;
+		}
+		if (r < 0) {
+			char why[sizeof(t->why)];
+			snprintf(why, sizeof(why), "%s", t->why[0] ? t->why : strerror(-r));
+			t->why[0] = '\0';
+			task_fail(t, r, "reading the step from the root: %s", why);
+			task_failed(t);
+			return;
+		}
+		t->phase = UP_LIST;
+		/* fall through */
+	case UP_LIST:
+		step_key(u, t->job->name, t->step, NULL, prefix, sizeof(prefix));
+		r = list_objects(t, prefix, up_list_done);
+		break;
+	case UP_LIST_UPLOADS: {
+		step_key(u, t->job->name, t->step, NULL, prefix, sizeof(prefix));
+		struct s3_list_args a = { .prefix = prefix, .marker = t->marker };
+		r = s3_list_multipart_uploads(u->c, u->url.bucket, &a, up_uploads_done, t);
+		if (r == 0)
+			t->ops++;
+		break;
+	}
+	case UP_OBJECTS:
+		if (!upload_schedule(t)) {
+			if (t->err && t->ops == 0)
+				task_failed(t);
+			return;
+		}
+		if (t->ops)
+			return;
+		t->phase = UP_MANIFEST;
+		/* fall through */
+	case UP_MANIFEST:
+		/* Last of the step: its presence is the S3 commit. */
+		r = put_bytes(t, CKPT_MANIFEST_NAME, t->manifest, t->manifest_len);
+		break;
+	case UP_LATEST: {
+		const struct s3job *j = t->job;
+		if (j->n_s3 && j->s3_steps[j->n_s3 - 1] > t->step) {
+			t->phase = UP_CLEANUP_LIST;
+			upload_step(t);
+			return;
+		}
+		/* The manifest is in: count it before LATEST points at it. */
+		t->bytes_sent += t->manifest_len;
+		snprintf(prefix, sizeof(prefix), "%" PRIu64 "\n", t->step);
+		char *body = strdup(prefix);
+		if (!body) {
+			r = -ENOMEM;
+			break;
+		}
+		free(t->manifest);
+		t->manifest = body; /* kept until the PUT is done */
+		r = put_bytes(t, CKPT_LATEST_NAME, body, strlen(body));
+		break;
+	}
+	case UP_CLEANUP_LIST: {
+		/* A CreateMultipartUpload whose answer was lost leaves an upload
+		 * nobody knows the id of; the step is complete now, so whatever
+		 * is still open under it is such a leftover. */
+		step_key(u, t->job->name, t->step, NULL, prefix, sizeof(prefix));
+		struct s3_list_args a = { .prefix = prefix, .marker = t->marker };
+		r = s3_list_multipart_uploads(u->c, u->url.bucket, &a, up_leftovers_listed, t);
+		if (r == 0)
+			t->ops++;
+		break;
+	}
+	case UP_CLEANUP_ABORT:
+		if (t->next_abort < t->n_uploads) {
+			struct upload_id_entry *e = &t->uploads[t->next_abort++];
+			log_info("s3", "aborting a leftover multipart upload job=%s step=%" PRIu64 " key=%s",
+				 t->job->name, t->step, e->key);
+			r = s3_abort_multipart(u->c, u->url.bucket, e->key, e->upload_id, up_abort_done, t);
+			if (r == 0)
+				t->ops++;
+			break;
+		}
+		t->phase = UP_DONE;
+		/* fall through */
+	case UP_DONE:
+		upload_done(t);
+		return;
+	}
+	if (r < 0) {
+		task_fail(t, r, "starting a request: %s", strerror(-r));
+		if (t->ops == 0)
+			task_failed(t);
+	}
+}
+
+static void task_step(struct task *t)
+{
+	if (t->ops && t->kind != TASK_UPLOAD)
+		return;
+	switch (t->kind) {
+	case TASK_SCAN:
+		scan_step(t);
+		break;
+	case TASK_UPLOAD:
+		if (t->ops && t->phase != UP_OBJECTS)
+			return;
+		upload_step(t);
+		break;
+	case TASK_DELETE:
+		delete_step(t);
+		break;
+	}
+}
+
+/* Start the first task that is due, unless one runs. */
+static void pump(struct uploader *u)
+{
+	uint64_t now = now_mono_ns();
+
+	if (u->closing)
+		return;
+	for (struct task *t = u->head; t; t = t->next)
+		if (t->running)
+			return;
+	for (struct task *t = u->head; t; t = t->next) {
+		if (t->not_before_ns > now)
+			continue;
+		t->running = true;
+		t->not_before_ns = 0;
+		task_step(t);
+		return;
+	}
+	arm_retry_timer(u);
+}
+
+/* ---- the event loop ------------------------------------------------------------------- */
+
+static int loop_watch(void *loop, int fd, unsigned events)
+{
+	struct uploader *u = loop;
+	struct epoll_event ev = { .data.u64 = EV_DATA(TAG_FD, fd) };
+
+	if (events == 0) {
+		epoll_ctl(u->epfd, EPOLL_CTL_DEL, fd, NULL);
+		return 0;
+	}
+	ev.events = ((events & S3_EV_READ) ? EPOLLIN : 0) | ((events & S3_EV_WRITE) ? EPOLLOUT : 0);
+	if (epoll_ctl(u->epfd, EPOLL_CTL_MOD, fd, &ev) == 0)
+		return 0;
+	if (errno == ENOENT && epoll_ctl(u->epfd, EPOLL_CTL_ADD, fd, &ev) == 0)
+		return 0;
+	return -errno;
+}
+
+static void loop_timer(void *loop, long ms)
+{
+	struct uploader *u = loop;
+	struct itimerspec its = { 0 };
+
+	if (ms == 0)
+		its.it_value.tv_nsec = 1;
+	else if (ms > 0) {
+		its.it_value.tv_sec = ms / 1000;
+		its.it_value.tv_nsec = (ms % 1000) * 1000000L;
+	}
+	timerfd_settime(u->client_tfd, 0, &its, NULL);
+}
+
+void uploader_dispatch(struct daemon *d)
+{
+	struct uploader *u = d->uploader;
+	struct epoll_event evs[32];
+	uint64_t ticks;
+
+	if (!u)
+		return;
+	int n = epoll_wait(u->epfd, evs, 32, 0);
+	for (int i = 0; i < n; i++) {
+		unsigned tag = (unsigned)(evs[i].data.u64 >> 32);
+		int fd = (int)(uint32_t)evs[i].data.u64;
+		if (tag == TAG_CLIENT_TIMER) {
+			if (read(u->client_tfd, &ticks, sizeof(ticks)) > 0)
+				s3_client_on_timeout(u->c);
+		} else if (tag == TAG_RETRY_TIMER) {
+			if (read(u->retry_tfd, &ticks, sizeof(ticks)) > 0)
+				pump(u);
+		} else {
+			unsigned e = 0;
+			if (evs[i].events & EPOLLIN)
+				e |= S3_EV_READ;
+			if (evs[i].events & EPOLLOUT)
+				e |= S3_EV_WRITE;
+			if (evs[i].events & (EPOLLERR | EPOLLHUP))
+				e |= S3_EV_ERROR;
+			s3_client_on_fd(u->c, fd, e);
+		}
+	}
+}
+
+int uploader_fd(const struct daemon *d)
+{
+	return d->uploader ? d->uploader->epfd : -1;
+}
+
+/* ---- entry points ---------------------------------------------------------------------- */
+
+void uploader_committed(struct daemon *d, const char *job, uint64_t step)
+{
+	struct uploader *u = d->uploader;
+
+	if (!u)
+		return;
+	struct s3job *j = job_find(u, job, true);
+	if (!j)
+		return;
+	if (!j->scanned) {
+		/* The scan queued (or to be queued) sees this step in the root. */
+		if (!task_find(u, TASK_SCAN, job, 0))
+			task_new(u, TASK_SCAN, j, 0);
+	} else if (!task_find(u, TASK_UPLOAD, job, step)) {
+		task_new(u, TASK_UPLOAD, j, step);
+		/* Older steps still waiting that retention would no longer keep
+		 * on S3 are not worth sending. */
+		uint64_t *all = calloc(j->n_s3 + 64, sizeof(*all));
+		size_t n = 0;
+		if (all) {
+			for (size_t i = 0; i < j->n_s3; i++)
+				all[n++] = j->s3_steps[i];
+			for (struct task *t = u->head; t && n < j->n_s3 + 64; t = t->next)
+				if (t->kind == TASK_UPLOAD && t->job == j)
+					all[n++] = t->step;
+			for (struct task *t = u->head, *next; t; t = next) {
+				next = t->next;
+				if (t->kind == TASK_UPLOAD && t->job == j && !t->running &&
+				    !policy_keeps(u, all, n, t->step)) {
+					log_info("s3", "upload no longer needed job=%s step=%" PRIu64
+						 " reason=\"older than s3_keep_last\"", job, t->step);
+					task_unlink(t);
+					task_free(t);
+				}
+			}
+			free(all);
+		}
+	}
+	queue_metrics(u);
+	pump(u);
+}
+
+bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step)
+{
+	return d->uploader && task_find(d->uploader, TASK_UPLOAD, job, step) != NULL;
+}
+
+int uploader_init(struct daemon *d)
+{
+	const struct ckptd_config *cfg = d->cfg;
+	char err[512] = "";
+	int r;
+
+	if (!cfg->s3_url || !cfg->s3_url[0])
+		return 0;
+	struct uploader *u = calloc(1, sizeof(*u));
+	if (!u)
+		return -ENOMEM;
+	u->d = d;
+	u->epfd = u->client_tfd = u->retry_tfd = -1;
+	r = s3_url_parse(cfg->s3_url, &u->url, err, sizeof(err));
+	if (r < 0) {
+		log_error("s3", "s3_url %s: %s", cfg->s3_url, err);
+		goto fail;
+	}
+	struct s3_settings set = {
+		.profile = cfg->s3_profile[0] ? cfg->s3_profile : NULL,
+		.region = cfg->s3_region[0] ? cfg->s3_region : NULL,
+		.endpoint_url = cfg->s3_endpoint[0] ? cfg->s3_endpoint : NULL,
+		.ca_bundle = cfg->s3_ca_bundle[0] ? cfg->s3_ca_bundle : NULL,
+		.addressing = (enum s3_addressing)cfg->s3_addressing,
+	};
+	r = s3_config_resolve(&set, &u->cfg, err, sizeof(err));
+	if (r < 0) {
+		log_error("s3", "S3 configuration: %s", err);
+		goto fail;
+	}
+	u->epfd = epoll_create1(EPOLL_CLOEXEC);
+	u->client_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	u->retry_tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (u->epfd < 0 || u->client_tfd < 0 || u->retry_tfd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = EV_DATA(TAG_CLIENT_TIMER, 0) };
+	struct epoll_event ev2 = { .events = EPOLLIN, .data.u64 = EV_DATA(TAG_RETRY_TIMER, 0) };
+	if (epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->client_tfd, &ev) < 0 ||
+	    epoll_ctl(u->epfd, EPOLL_CTL_ADD, u->retry_tfd, &ev2) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	struct s3_client_options opts = {
+		.max_inflight = cfg->s3_parallel + 2,
+		.max_attempts = cfg->s3_max_attempts,
+		.max_bytes_per_sec = cfg->s3_max_rate,
+	};
+	struct s3_loop_ops ops = { .watch = loop_watch, .timer = loop_timer, .loop = u };
+	r = s3_client_new(&u->cfg, &opts, &ops, &u->c, err, sizeof(err));
+	if (r < 0) {
+		log_error("s3", "S3 client: %s", err);
+		goto fail;
+	}
+	d->uploader = u;
+
+	char desc[512];
+	s3_config_describe(&u->cfg, desc, sizeof(desc));
+	log_info("s3", "tier on url=s3://%s/%s part_size=%" PRIu64 " parallel=%u keep_last=%u "
+		 "keep_every=%u %s", u->url.bucket, u->url.prefix, cfg->s3_part_bytes,
+		 cfg->s3_parallel, cfg->s3_keep_last, cfg->s3_keep_every, desc);
+
+	char **jobs = NULL;
+	size_t n = 0;
+	if (store_list_jobs(d->root_fd, &jobs, &n) == 0) {
+		for (size_t i = 0; i < n; i++) {
+			struct s3job *j = job_find(u, jobs[i], true);
+			if (j)
+				task_new(u, TASK_SCAN, j, 0);
+		}
+		store_strv_free(jobs, n);
+	}
+	pump(u);
+	return 0;
+fail:
+	s3_config_free(&u->cfg);
+	s3_url_free(&u->url);
+	if (u->epfd >= 0)
+		close(u->epfd);
+	if (u->client_tfd >= 0)
+		close(u->client_tfd);
+	if (u->retry_tfd >= 0)
+		close(u->retry_tfd);
+	free(u);
+	return r < 0 ? r : -EINVAL;
+}
+
+void uploader_fini(struct daemon *d)
+{
+	struct uploader *u = d->uploader;
+
+	if (!u)
+		return;
+	u->closing = true;
+	s3_client_free(u->c);
+	while (u->head) {
+		struct task *t = u->head;
+		u->head = t->next;
+		task_free(t);
+	}
+	while (u->jobs) {
+		struct s3job *j = u->jobs;
+		u->jobs = j->next;
+		free(j->s3_steps);
+		free(j);
+	}
+	s3_config_free(&u->cfg);
+	s3_url_free(&u->url);
+	close(u->epfd);
+	close(u->client_tfd);
+	close(u->retry_tfd);
+	free(u);
+	d->uploader = NULL;
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uploader: the S3 tier of ckptd. Committed steps are mirrored under
+ * s3://BUCKET/PREFIX/JOB/ (proto/FORMAT.md, "On S3"): shards and indexes
+ * (multipart, several parts in flight, each with Content-MD5 and a signed
+ * payload hash), then MANIFEST.json (the S3 commit), then LATEST. Runs on
+ * ckptd's event loop (the S3 client's sockets and timers sit in an epoll
+ * set of their own, which the loop watches as one fd); file reads and
+ * digests run on the worker threads.
+ *
+ * A failed upload is retried later with a growing delay (an auth error
+ * waits longest and is logged once per failure, naming the bucket); the
+ * root tier never waits for S3. After a restart, a step's objects already
+ * in S3 are kept, parts of an unfinished multipart upload whose MD5 matches
+ * are reused, and multipart uploads under the job's prefix that belong to
+ * no step still to upload are aborted.
+ *
+ * Retention: S3 keeps the newest s3_keep_last committed steps of each job
+ * and every step that is a multiple of s3_keep_every; the root's retention
+ * never removes a step that is still to be uploaded (uploader_pinned).
+ */
+#ifndef CKPTD_UPLOADER_H
+#define CKPTD_UPLOADER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct daemon;
+
+/* Start the tier if s3_url is set (else 0 and nothing runs): resolve the
+ * configuration and credentials (an error names what is missing), then
+ * queue a scan of every job in the root. */
+int uploader_init(struct daemon *d);
+/* The fd the event loop watches (-1 when the tier is off). */
+int uploader_fd(const struct daemon *d);
+/* Handle what is ready on uploader_fd(). */
+void uploader_dispatch(struct daemon *d);
+/* A step of job committed in the root. */
+void uploader_committed(struct daemon *d, const char *job, uint64_t step);
+/* Whether root retention must keep the step (still to be uploaded). */
+bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step);
+/* Cancel what is in flight (unfinished multipart uploads stay, for the next
+ * start to resume) and free. Call after the worker threads are gone. */
+void uploader_fini(struct daemon *d);
+
+#endif

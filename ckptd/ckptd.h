@@ -188,6 +188,8 @@ struct job *job_get(struct daemon *d, const char *name, bool create);
 /* Forget a job nobody uses (its fd, memory; its directory if empty). */
 void job_release(struct job *job);
 bool job_is_committed(const struct job *job, uint64_t step);
+/* A step restored from S3 into the root is committed there again. */
+void coord_adopt(struct job *job, uint64_t step);
 uint64_t job_latest(const struct job *job);
 struct step *step_find(struct job *job, uint64_t step);
 struct step *step_get(struct job *job, uint64_t step, uint32_t world_size);

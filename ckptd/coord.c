@@ -64,6 +64,18 @@ static void committed_remove_at(struct job *job, size_t i)
 	job->n_committed--;
 }
 
+void coord_adopt(struct job *job, uint64_t step)
+{
+	if (job_is_committed(job, step))
+		return;
+	if (committed_insert(job, step) < 0) {
+		log_error("coord", "out of memory recording a step restored from S3 job=%s", job->name);
+		return;
+	}
+	log_info("coord", "committed again from S3 job=%s step=%llu", job->name,
+		 (unsigned long long)step);
+}
+
 bool job_is_committed(const struct job *job, uint64_t step)
 {
 	for (size_t i = 0; i < job->n_committed; i++)

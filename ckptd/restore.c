@@ -5,10 +5,18 @@
  * in flight), checks the index against the manifest digest and every chunk
  * against the index, and writes the tensor table after the data. A step
  * that does not verify gives way to the next older committed step.
+ *
+ * With the S3 tier on, a step the root lacks (or whose copy of this rank's
+ * files does not verify) is fetched from S3 first: the rank's index and
+ * shard with parallel ranged GETs into the root (a temporary name, then a
+ * rename over whatever was there), then the normal read and verification.
+ * Once every rank of a step that only S3 had has fetched it, the manifest
+ * is written in the root too and the step is committed there again.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +25,8 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "s3.h"
+#include "uploader.h"
 
 struct restore {
 	struct client *c;
@@ -24,7 +34,17 @@ struct restore {
 	uint32_t slot, flags, seq, rank;
 	uint64_t want;
 	uint64_t *cand;
+	bool *cand_s3only;         /* committed on S3, not in the root */
+	uint64_t *root_steps;      /* committed in the root at the start (pinned), ascending */
+	size_t n_root;
 	size_t ncand;
+	struct s3_origin s3;       /* cfg NULL: no S3 tier */
+	/* The S3 manifest of the step being tried, when it came from there. */
+	struct ckpt_manifest *s3m;
+	char *s3m_json;
+	size_t s3m_len;
+	bool adopted;              /* the step became committed in the root */
+	bool from_s3;              /* the restored step's files came from S3 */
 	uint8_t *base;
 	uint64_t slot_bytes;
 	unsigned qd;
@@ -240,10 +260,14 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 	ckpt_step_dirname(dn, sizeof(dn), step);
 	ckpt_shard_filename(shard, sizeof(shard), rs->rank);
 	snprintf(where, sizeof(where), "%s/%s/%s", rs->job->name, dn, shard);
-	r = store_read_manifest(rs->job->dirfd, step, &m, err, errlen);
-	if (r < 0)
-		goto out;
-	have_m = true;
+	if (rs->s3m) {
+		m = *rs->s3m; /* borrowed: not freed here */
+	} else {
+		r = store_read_manifest(rs->job->dirfd, step, &m, err, errlen);
+		if (r < 0)
+			goto out;
+		have_m = true;
+	}
 	if (rs->rank >= m.world_size) {
 		snprintf(err, errlen, "%s/%s was saved by %u ranks; rank %u is not among them",
 			 rs->job->name, dn, m.world_size, rs->rank);
@@ -306,6 +330,301 @@ out:
 	return r;
 }
 
+/* ---- S3 ---------------------------------------------------------------- */
+
+static bool s3_has(const struct restore *rs, uint64_t step)
+{
+	for (size_t i = 0; i < rs->s3.n_steps; i++)
+		if (rs->s3.steps[i] == step)
+			return true;
+	return false;
+}
+
+static void s3m_drop(struct restore *rs)
+{
+	if (rs->s3m) {
+		ckpt_manifest_free(rs->s3m);
+		free(rs->s3m);
+		rs->s3m = NULL;
+	}
+	free(rs->s3m_json);
+	rs->s3m_json = NULL;
+}
+
+/* Fetch one file of the step into stepfd: a temporary name, data synced,
+ * renamed over the old one (a reader of the old file keeps its inode). */
+static int fetch_file(struct restore *rs, int stepfd, const char *dn, const char *name,
+		      uint64_t size, char *err, size_t errlen)
+{
+	char key[1200], tmp[48];
+
+	snprintf(key, sizeof(key), "%s/%s/%s", rs->s3.job_key, dn, name);
+	snprintf(tmp, sizeof(tmp), "%s.s3.tmp", name);
+	int fd = openat(stepfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s/%s/%s: %s", rs->job->name, dn, tmp, strerror(errno));
+		return -errno;
+	}
+	int r = s3_sync_get_file(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen);
+	if (r == 0 && fdatasync(fd) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s/%s/%s: fdatasync: %s", rs->job->name, dn, tmp, strerror(-r));
+	}
+	close(fd);
+	if (r == 0 && renameat(stepfd, tmp, stepfd, name) < 0) {
+		r = -errno;
+		snprintf(err, errlen, "%s/%s/%s: rename: %s", rs->job->name, dn, name, strerror(-r));
+	}
+	if (r < 0)
+		unlinkat(stepfd, tmp, 0);
+	return r;
+}
+
+/* Bring this rank's files of `step` from S3 into the root. */
+static int fetch_from_s3(struct restore *rs, uint64_t step, char *err, size_t errlen)
+{
+	char dn[32], key[1200], name[32];
+	int r;
+
+	ckpt_step_dirname(dn, sizeof(dn), step);
+	snprintf(key, sizeof(key), "%s/%s/%s", rs->s3.job_key, dn, CKPT_MANIFEST_NAME);
+	s3m_drop(rs);
+	r = s3_sync_get_small(rs->s3.cfg, rs->s3.bucket, key, (uint64_t)1 << 30, &rs->s3m_json,
+			      &rs->s3m_len, err, errlen);
+	if (r < 0)
+		return r;
+	rs->s3m = calloc(1, sizeof(*rs->s3m));
+	if (!rs->s3m)
+		return -ENOMEM;
+	char why[200] = "";
+	r = ckpt_manifest_decode(rs->s3m_json, rs->s3m_len, rs->s3m, why, sizeof(why));
+	if (r < 0 || rs->s3m->step != step || strcmp(rs->s3m->job, rs->job->name)) {
+		snprintf(err, errlen, "s3://%s/%s: %s", rs->s3.bucket, key,
+			 r < 0 ? why : "the manifest is for another job or step");
+		free(rs->s3m);
+		rs->s3m = NULL;
+		return r < 0 ? r : -CKPT_E_CORRUPT;
+	}
+	if (rs->rank >= rs->s3m->world_size) {
+		snprintf(err, errlen, "s3://%s/%s: saved by %u ranks; rank %u is not among them",
+			 rs->s3.bucket, key, rs->s3m->world_size, rs->rank);
+		return -CKPT_E_NO_CHECKPOINT;
+	}
+	if (mkdirat(rs->job->dirfd, dn, 0750) < 0 && errno != EEXIST) {
+		snprintf(err, errlen, "%s/%s: %s", rs->job->name, dn, strerror(errno));
+		return -errno;
+	}
+	int stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (stepfd < 0) {
+		snprintf(err, errlen, "%s/%s: %s", rs->job->name, dn, strerror(errno));
+		return -errno;
+	}
+	const struct ckpt_manifest_rank *mr = &rs->s3m->ranks[rs->rank];
+	ckpt_index_filename(name, sizeof(name), rs->rank);
+	r = fetch_file(rs, stepfd, dn, name, mr->index_bytes, err, errlen);
+	if (r == 0) {
+		ckpt_shard_filename(name, sizeof(name), rs->rank);
+		r = fetch_file(rs, stepfd, dn, name, mr->shard_bytes, err, errlen);
+	}
+	if (r == 0)
+		r = store_fsync_dir(stepfd);
+	close(stepfd);
+	store_fsync_dir(rs->job->dirfd);
+	return r;
+}
+
+/*
+ * Ranks that fetched a step only S3 had; when all of a step's ranks have it
+ * verified in the root, the manifest goes there too (written by the worker
+ * of the last one) and the step is committed in the root again.
+ */
+struct adoption {
+	struct adoption *next;
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	uint32_t world, have;
+	uint8_t *ranks;
+};
+static pthread_mutex_t adoption_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct adoption *adoptions;
+
+static void adopt_rank(struct restore *rs, uint64_t step)
+{
+	struct adoption *a, **pp;
+	char dn[32];
+
+	pthread_mutex_lock(&adoption_lock);
+	for (pp = &adoptions; (a = *pp); pp = &a->next)
+		if (a->step == step && !strcmp(a->job, rs->job->name))
+			break;
+	if (!a) {
+		a = calloc(1, sizeof(*a));
+		if (a)
+			a->ranks = calloc(rs->s3m->world_size, 1);
+		if (!a || !a->ranks) {
+			free(a);
+			pthread_mutex_unlock(&adoption_lock);
+			return;
+		}
+		snprintf(a->job, sizeof(a->job), "%s", rs->job->name);
+		a->step = step;
+		a->world = rs->s3m->world_size;
+		a->next = adoptions;
+		adoptions = a;
+		pp = &adoptions;
+	}
+	if (rs->rank < a->world && !a->ranks[rs->rank]) {
+		a->ranks[rs->rank] = 1;
+		a->have++;
+	}
+	if (a->have == a->world) {
+		*pp = a->next;
+		free(a->ranks);
+		free(a);
+		ckpt_step_dirname(dn, sizeof(dn), step);
+		int stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		int r = stepfd < 0 ? -errno
+				   : store_write_file_durable(stepfd, CKPT_MANIFEST_NAME, rs->s3m_json,
+							      rs->s3m_len);
+		if (stepfd >= 0)
+			close(stepfd);
+		if (r == 0)
+			r = store_fsync_dir(rs->job->dirfd);
+		if (r == 0) {
+			uint64_t latest = 0;
+			if (store_read_latest(rs->job->dirfd, &latest) < 0 || latest < step)
+				store_write_latest(rs->job->dirfd, step);
+			rs->adopted = true;
+		} else {
+			log_warn("restore", "step fetched from S3 not committed in the root job=%s "
+				 "step=%llu error=\"%s\"", rs->job->name, (unsigned long long)step,
+				 strerror(-r));
+		}
+	}
+	pthread_mutex_unlock(&adoption_lock);
+}
+
+/*
+ * Candidates, newest first: the root's steps and S3's (rs->s3.steps),
+ * those at or below `step` (all for CKPT_NO_STEP), only `step` itself
+ * when it is asked for exactly. Replaces rs->cand.
+ */
+static int build_candidates(struct restore *rs, uint64_t step, uint32_t flags)
+{
+	size_t cap = rs->n_root + rs->s3.n_steps;
+	uint64_t *cand = calloc(cap ? cap : 1, sizeof(*cand));
+	bool *s3only = calloc(cap ? cap : 1, sizeof(*s3only));
+	size_t n = 0, ir = rs->n_root, is = rs->s3.n_steps;
+
+	if (!cand || !s3only) {
+		free(cand);
+		free(s3only);
+		return -ENOMEM;
+	}
+	while (ir > 0 || is > 0) {
+		uint64_t s;
+		bool only = false;
+		if (is > 0 && (ir == 0 || rs->s3.steps[is - 1] > rs->root_steps[ir - 1])) {
+			s = rs->s3.steps[--is];
+			only = true;
+		} else {
+			s = rs->root_steps[--ir];
+			if (is > 0 && rs->s3.steps[is - 1] == s)
+				is--;
+		}
+		if (step != CKPT_NO_STEP && s > step)
+			continue;
+		if (step != CKPT_NO_STEP && n == 0 && s != step)
+			break; /* the requested step is not committed anywhere */
+		s3only[n] = only;
+		cand[n++] = s;
+		if (flags & CKPT_RESTORE_F_EXACT)
+			break;
+	}
+	free(rs->cand);
+	free(rs->cand_s3only);
+	rs->cand = cand;
+	rs->cand_s3only = s3only;
+	rs->ncand = n;
+	return 0;
+}
+
+/* What S3 holds of the job now (the uploader's view may predate it). */
+static void s3_refresh(struct restore *rs)
+{
+	char prefix[1200], err[300] = "", **keys = NULL;
+	uint64_t *sizes = NULL;
+	size_t n = 0;
+
+	snprintf(prefix, sizeof(prefix), "%s/step-", rs->s3.job_key);
+	if (s3_sync_list(rs->s3.cfg, rs->s3.bucket, prefix, &keys, &sizes, &n, err, sizeof(err)) < 0) {
+		log_warn("restore", "cannot list S3 job=%s error=\"%s\"", rs->job->name, err);
+		return;
+	}
+	uint64_t *steps = calloc(n ? n : 1, sizeof(*steps));
+	size_t ns = 0;
+	for (size_t i = 0; i < n; i++) {
+		const char *k = keys[i] + strlen(prefix) - strlen("step-"), *slash = strchr(k, '/');
+		char dn[32];
+		uint64_t s;
+		if (steps && slash && (size_t)(slash - k) < sizeof(dn) &&
+		    !strcmp(slash + 1, CKPT_MANIFEST_NAME)) {
+			memcpy(dn, k, (size_t)(slash - k));
+			dn[slash - k] = '\0';
+			if (ckpt_step_dirname_parse(dn, &s) == 0)
+				steps[ns++] = s;
+		}
+		free(keys[i]);
+	}
+	free(keys);
+	free(sizes);
+	if (!steps)
+		return;
+	free(rs->s3.steps);
+	rs->s3.steps = steps;
+	rs->s3.n_steps = ns;
+}
+
+/* try_step, with S3 behind it: fetch what the root lacks or has damaged. */
+static int try_step_tiers(struct restore *rs, size_t i, char *err, size_t errlen)
+{
+	uint64_t step = rs->cand[i];
+	int r = -CKPT_E_NO_CHECKPOINT;
+	char err2[CKPT_REASON_MAX + 1] = "";
+
+	if (!rs->cand_s3only[i]) {
+		r = try_step(rs, step, err, errlen);
+		if (r == 0 || r == -CKPT_E_TOO_BIG || !rs->s3.cfg || !s3_has(rs, step))
+			return r;
+		log_warn("restore", "root copy does not restore, fetching it from S3 job=%s step=%llu "
+			 "rank=%u error=\"%s\"", rs->job->name, (unsigned long long)step, rs->rank, err);
+	}
+	int f = fetch_from_s3(rs, step, err2, sizeof(err2));
+	if (f < 0) {
+		if (rs->cand_s3only[i])
+			snprintf(err, errlen, "S3: %s", err2);
+		else
+			append(err, errlen, "; S3: %s", err2);
+		s3m_drop(rs);
+		return r == -CKPT_E_NO_CHECKPOINT || rs->cand_s3only[i] ? (f == -ENOENT ? -CKPT_E_NO_CHECKPOINT : f) : r;
+	}
+	/* A root step keeps reading its own manifest; a step only S3 had
+	 * reads the S3 one (the same bytes for a step ckptd uploaded). */
+	if (!rs->cand_s3only[i])
+		s3m_drop(rs);
+	err[0] = '\0';
+	r = try_step(rs, step, err, errlen);
+	if (r == 0) {
+		rs->from_s3 = true;
+		log_info("restore", "fetched from S3 job=%s step=%llu rank=%u", rs->job->name,
+			 (unsigned long long)step, rs->rank);
+		if (rs->cand_s3only[i])
+			adopt_rank(rs, step);
+	}
+	s3m_drop(rs);
+	return r;
+}
+
 static void restore_run(void *arg)
 {
 	struct restore *rs = arg;
@@ -314,9 +633,17 @@ static void restore_run(void *arg)
 	rs->result = -CKPT_E_NO_CHECKPOINT;
 	snprintf(rs->err, sizeof(rs->err), "job %s has no committed step%s", rs->job->name,
 		 rs->want == CKPT_NO_STEP ? "" : " at or below the one requested");
+	if (rs->s3.cfg) {
+		s3_refresh(rs);
+		if (build_candidates(rs, rs->want, rs->flags) < 0) {
+			rs->result = -ENOMEM;
+			snprintf(rs->err, sizeof(rs->err), "out of memory");
+			return;
+		}
+	}
 	for (size_t i = 0; i < rs->ncand; i++) {
 		err[0] = 0;
-		int r = try_step(rs, rs->cand[i], err, sizeof(err));
+		int r = try_step_tiers(rs, i, err, sizeof(err));
 		if (r == 0) {
 			if (i > 0)
 				rs->ok.flags |= CKPT_RESTORE_OK_F_FELL_BACK;
@@ -340,8 +667,10 @@ static void restore_done(void *arg)
 	struct client *c = rs->c;
 	struct ckpt_msg m;
 
-	for (size_t i = 0; i < rs->ncand; i++)
-		job_pin(rs->job, rs->cand[i], -1);
+	for (size_t i = 0; i < rs->n_root; i++)
+		job_pin(rs->job, rs->root_steps[i], -1);
+	if (rs->adopted)
+		coord_adopt(rs->job, rs->ok.step);
 	c->d->busy--;
 	metrics_inc(M_RESTORES_TOTAL, rs->job->name,
 		    rs->result < 0 ? "failed"
@@ -367,7 +696,10 @@ static void restore_done(void *arg)
 	}
 	struct job *job = rs->job;
 	client_unref(c);
+	uploader_origin_free(&rs->s3);
 	free(rs->cand);
+	free(rs->cand_s3only);
+	free(rs->root_steps);
 	free(rs);
 	job_release(job);
 }
@@ -381,28 +713,35 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 
 	if (!rs)
 		return -ENOMEM;
-	rs->cand = calloc(job->n_committed ? job->n_committed : 1, sizeof(*rs->cand));
-	if (!rs->cand) {
+	/* The root's committed steps (pinned against retention while the
+	 * restore runs); S3's are added by the worker, which asks S3. */
+	if (uploader_origin(d, job->name, &rs->s3) < 0)
+		memset(&rs->s3, 0, sizeof(rs->s3));
+	rs->n_root = job->n_committed;
+	rs->root_steps = malloc((rs->n_root ? rs->n_root : 1) * sizeof(uint64_t));
+	if (!rs->root_steps) {
+		uploader_origin_free(&rs->s3);
 		free(rs);
 		return -ENOMEM;
 	}
-	for (size_t i = job->n_committed; i-- > 0;) {
-		uint64_t s = job->committed[i];
-		if (step != CKPT_NO_STEP && s > step)
-			continue;
-		if (step != CKPT_NO_STEP && rs->ncand == 0 && s != step)
-			break; /* the requested step is not committed */
-		rs->cand[rs->ncand++] = s;
-		if (flags & CKPT_RESTORE_F_EXACT)
-			break;
+	memcpy(rs->root_steps, job->committed, rs->n_root * sizeof(uint64_t));
+	int r = build_candidates(rs, step, flags);
+	if (r < 0) {
+		uploader_origin_free(&rs->s3);
+		free(rs->root_steps);
+		free(rs);
+		return r;
 	}
-	if (rs->ncand == 0) {
+	if (rs->ncand == 0 && !rs->s3.cfg) {
+		free(rs->root_steps);
+		uploader_origin_free(&rs->s3);
 		free(rs->cand);
+		free(rs->cand_s3only);
 		free(rs);
 		return -CKPT_E_NO_CHECKPOINT;
 	}
-	for (size_t i = 0; i < rs->ncand; i++)
-		job_pin(job, rs->cand[i], +1);
+	for (size_t i = 0; i < rs->n_root; i++)
+		job_pin(job, rs->root_steps[i], +1);
 	rs->c = c;
 	rs->job = job;
 	rs->slot = slot;
@@ -419,12 +758,15 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	c->refs++;
 	d->busy++;
 	if (workers_submit(d->workers, restore_run, restore_done, rs) < 0) {
-		for (size_t i = 0; i < rs->ncand; i++)
-			job_pin(job, rs->cand[i], -1);
+		for (size_t i = 0; i < rs->n_root; i++)
+			job_pin(job, rs->root_steps[i], -1);
 		c->slot_state[slot] = SLOT_CLIENT;
 		c->refs--;
 		d->busy--;
+		uploader_origin_free(&rs->s3);
 		free(rs->cand);
+		free(rs->cand_s3only);
+		free(rs->root_steps);
 		free(rs);
 		return -ENOMEM;
 	}

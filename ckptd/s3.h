@@ -424,4 +424,26 @@ int s3_list_multipart_uploads(s3_client *c, const char *bucket,
 			      const struct s3_list_args *args,
 			      s3_done_fn done, void *arg);
 
+/* ------------------------------------------------------------------------
+ * Blocking helpers (s3sync.c), for code on a thread of its own (tools,
+ * ckptd's restore workers). Each call makes a private client from cfg,
+ * runs it to completion and frees it; calls on different threads are
+ * independent. err gets one line naming bucket and key on failure.
+ */
+/* Every key under prefix with its size, in key order (*keys: free each and
+ * the array; *sizes: free). */
+int s3_sync_list(const struct s3_config *cfg, const char *bucket, const char *prefix,
+		 char ***keys, uint64_t **sizes, size_t *n, char *err, size_t errlen);
+/* A whole object of at most max bytes into a new NUL-terminated buffer
+ * (*buf: free). -ENOENT when it does not exist. */
+int s3_sync_get_small(const struct s3_config *cfg, const char *bucket, const char *key,
+		      uint64_t max, char **buf, size_t *len, char *err, size_t errlen);
+/* An object that must be `size` bytes into fd from offset 0, with
+ * `parallel` ranged GETs in flight; progress (may be NULL) gets the bytes
+ * of each range as it lands. */
+int s3_sync_get_file(const struct s3_config *cfg, const char *bucket, const char *key,
+		     uint64_t size, int fd, unsigned parallel,
+		     void (*progress)(void *opaque, uint64_t delta), void *opaque,
+		     char *err, size_t errlen);
+
 #endif

@@ -1609,6 +1609,43 @@ void uploader_committed(struct daemon *d, const char *job, uint64_t step)
 	pump(u);
 }
 
+int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *out)
+{
+	struct uploader *u = d->uploader;
+	char jk[KEY_MAX];
+
+	memset(out, 0, sizeof(*out));
+	if (!u)
+		return -ENOENT;
+	job_key(u, job, jk, sizeof(jk));
+	out->cfg = &u->cfg;
+	out->bucket = strdup(u->url.bucket);
+	out->job_key = strdup(jk);
+	const struct s3job *j = job_find(u, job, false);
+	if (j && j->n_s3) {
+		out->steps = malloc(j->n_s3 * sizeof(uint64_t));
+		if (out->steps) {
+			memcpy(out->steps, j->s3_steps, j->n_s3 * sizeof(uint64_t));
+			out->n_steps = j->n_s3;
+		}
+	}
+	if (!out->bucket || !out->job_key || (j && j->n_s3 && !out->steps)) {
+		uploader_origin_free(out);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void uploader_origin_free(struct s3_origin *o)
+{
+	if (!o)
+		return;
+	free(o->bucket);
+	free(o->job_key);
+	free(o->steps);
+	memset(o, 0, sizeof(*o));
+}
+
 bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step)
 {
 	return d->uploader && task_find(d->uploader, TASK_UPLOAD, job, step) != NULL;

@@ -39,6 +39,23 @@ void uploader_dispatch(struct daemon *d);
 void uploader_committed(struct daemon *d, const char *job, uint64_t step);
 /* Whether root retention must keep the step (still to be uploaded). */
 bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step);
+/*
+ * Where a restore worker finds the job on S3: the tier's configuration
+ * (valid while ckptd runs), bucket, the job's key prefix and the steps
+ * committed there as last seen (a copy; empty before the job's first
+ * scan). -ENOENT when the tier is off. Free with uploader_origin_free().
+ */
+struct s3_config;
+struct s3_origin {
+	const struct s3_config *cfg;
+	char *bucket;
+	char *job_key;     /* "PREFIX/JOB" or "JOB" */
+	uint64_t *steps;   /* ascending */
+	size_t n_steps;
+};
+int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *out);
+void uploader_origin_free(struct s3_origin *o);
+
 /* Cancel what is in flight (unfinished multipart uploads stay, for the next
  * start to resume) and free. Call after the worker threads are gone. */
 void uploader_fini(struct daemon *d);

@@ -5,7 +5,9 @@
 # checkpoint every 50 steps, crash the whole job (SIGKILL of mpirun and
 # every rank) mid-run, inspect what survived, restart the job so that it
 # resumes from the newest committed manifest, watch the loss carry on,
-# and verify the whole checkpoint root.
+# and verify the whole checkpoint root. Committed steps are also uploaded
+# to S3 (a local one-node Ceph RADOS Gateway that the demo starts), and
+# the last one is brought back from S3 with ckpt-restore and verified.
 #
 # Environment:
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
@@ -14,6 +16,7 @@
 #   CKPT_BUILD_DIR=DIR    build directory (default: build)
 #   CKPT_DEMO_DATA=FILE   train on this UTF-8 file instead of the Japanese
 #                         manual pages (ckpt-train --data)
+#   CKPT_DEMO_S3=0        no S3 tier (no RADOS Gateway)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -49,8 +52,10 @@ ninja -C "$build" >/dev/null
 bdir=$(cd "$build" && pwd)
 ckptd=$bdir/ckptd/ckptd
 inspect=$bdir/tools/ckpt-inspect
+restore=$bdir/tools/ckpt-restore
 train=$bdir/trainer/ckpt-train
-for b in "$ckptd" "$inspect" "$train"; do
+use_s3=${CKPT_DEMO_S3:-1}
+for b in "$ckptd" "$inspect" "$restore" "$train"; do
 	[ -x "$b" ] || { echo "demo: $b was not built (ckpt-train needs Open MPI: libopenmpi-dev)" >&2; exit 1; }
 done
 command -v mpirun >/dev/null || { echo "demo: mpirun not found (openmpi-bin)" >&2; exit 1; }
@@ -106,6 +111,7 @@ cleanup() {
 		kill "$ckptd_pid" 2>/dev/null
 		wait "$ckptd_pid" 2>/dev/null
 	fi
+	[ -f "$work/rgw/env" ] && tests/s3/radosgw.sh stop "$work/rgw" >/dev/null 2>&1
 	if [ "$rc" -ne 0 ]; then
 		echo
 		echo "demo FAILED (exit $rc). Logs:" >&2
@@ -124,9 +130,22 @@ cleanup() {
 }
 trap cleanup EXIT
 
+s3_args=()
+if [ "$use_s3" = 1 ]; then
+	say "Starting a local S3 server: a one-node Ceph RADOS Gateway (about 20 s)"
+	tests/s3/radosgw.sh start "$work/rgw" >"$work/radosgw.log" 2>&1 ||
+		{ echo "demo: the RADOS Gateway did not start (CKPT_DEMO_S3=0 runs without S3)" >&2; exit 1; }
+	# shellcheck disable=SC1091
+	. "$work/rgw/env" # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, S3_BUCKET
+	s3url=s3://$S3_BUCKET/ckpt
+	s3_args=(--s3-url "$s3url" --s3-keep-last 3 --s3-part-size 8MiB)
+	note "S3 endpoint $AWS_ENDPOINT_URL, bucket $S3_BUCKET; ckptd uploads committed steps to $s3url/"
+fi
+
 say "Starting ckptd (root $root)"
-"$ckptd" --root "$root" --socket "$sock" --staging-bytes 128MiB --slots-per-rank 2 \
-	--keep-last 3 --log-level info >"$work/ckptd.log" 2>&1 &
+"$ckptd" --config '' --root "$root" --socket "$sock" --staging-bytes 128MiB --slots-per-rank 2 \
+	--keep-last 3 --log-level info --metrics-listen 127.0.0.1:0 "${s3_args[@]}" \
+	>"$work/ckptd.log" 2>&1 &
 ckptd_pid=$!
 for _ in $(seq 100); do
 	[ -S "$sock" ] && break
@@ -228,6 +247,19 @@ awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < a - 1) }' ||
 say "Verifying every checkpoint: ckpt-inspect --verify $root/$job"
 "$inspect" "$root/$job" --verify
 
+if [ "$use_s3" = 1 ]; then
+	say "S3: waiting for step $steps to be uploaded (the manifest object goes last)"
+	deadline=$((SECONDS + 180))
+	until grep -q "info s3: uploaded job=$job step=$steps " "$work/ckptd.log"; do
+		[ $SECONDS -lt $deadline ] || { echo "demo: step $steps did not reach S3 within 180 s" >&2; exit 1; }
+		sleep 0.5
+	done
+	grep -E "info s3: uploaded job=$job " "$work/ckptd.log" | sed 's/^[^ ]* //' | tail -n 4 | indent
+	say "Disaster recovery: ckpt-restore $s3url/$job -> a fresh root, verified"
+	"$restore" --no-progress "$s3url/$job" "$work/from-s3" | indent
+	"$inspect" "$work/from-s3/$job" --verify | indent
+fi
+
 say "Stopping ckptd (SIGTERM)"
 kill "$ckptd_pid"
 rc=0
@@ -235,4 +267,4 @@ wait "$ckptd_pid" || rc=$?
 ckptd_pid=
 [ "$rc" -eq 0 ] || { echo "demo: ckptd exited with status $rc" >&2; exit 1; }
 
-say "Demo complete: crashed after step $last_step, resumed from committed step $crashed_at, trained to step $steps (loss $first_loss -> $final_loss), all verified"
+say "Demo complete: crashed after step $last_step, resumed from committed step $crashed_at, trained to step $steps (loss $first_loss -> $final_loss), all verified$([ "$use_s3" = 1 ] && echo ", step $steps uploaded to S3 and restored from it")"

@@ -58,6 +58,7 @@ struct client {
 	struct job *job;
 	uint32_t rank, world_size, local_rank;
 	uint64_t last_step;   /* CKPT_NO_STEP before the first SAVE/SKIP */
+	uint64_t stall_step;  /* accepted SAVE whose STALL may come, or CKPT_NO_STEP */
 	/* arena */
 	int arena_fd;
 	uint8_t *arena;

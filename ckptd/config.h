@@ -53,6 +53,8 @@ struct ckptd_config {
 	uint32_t s3_parallel;
 	uint64_t s3_max_rate;    /* bytes/s, 0 = unlimited */
 	uint32_t s3_keep_last, s3_keep_every, s3_max_attempts;
+	uint32_t s3_compress;    /* s3_compress: 0 none, 1 zstd */
+	uint32_t s3_compress_level;
 };
 
 enum config_action {

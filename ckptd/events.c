@@ -266,6 +266,21 @@ void events_stall(const char *job, int64_t rank, double seconds)
 	emit(&e);
 }
 
+void events_save_stall(const char *job, uint64_t step, int64_t rank, double seconds)
+{
+	struct event e;
+
+	if (!events_wanted(EVENT_STALL))
+		return;
+	event_init(&e, EVENT_STALL, job);
+	e.step = step;
+	e.rank = rank;
+	e.seconds = seconds;
+	copy_text(e.reason, sizeof(e.reason),
+		  "the rank reported its save stalled it (ckpt_save_begin .. ckpt_save_finish)");
+	emit(&e);
+}
+
 void events_s3_upload_failed(const char *job, uint64_t step, unsigned attempts,
 			     const char *reason)
 {
@@ -338,9 +353,16 @@ static void message_text(const struct event *e, char *buf, size_t cap)
 			 e->attempts == 1 ? "" : "s", e->reason, more);
 		break;
 	case EVENT_STALL:
-		snprintf(buf, cap, "job %s rank %lld had no free staging slot for %.1f s "
-			 "(saves are written slower than they come)%s",
-			 e->job, (long long)e->rank, e->seconds, more);
+		/* A rank's own report names its step; ckptd's slot watch has none. */
+		if (e->step != EVENT_NO_STEP)
+			snprintf(buf, cap, "job %s rank %lld: saving step %llu stalled the rank "
+				 "for %.3f s%s",
+				 e->job, (long long)e->rank, (unsigned long long)e->step,
+				 e->seconds, more);
+		else
+			snprintf(buf, cap, "job %s rank %lld had no free staging slot for %.1f s "
+				 "(saves are written slower than they come)%s",
+				 e->job, (long long)e->rank, e->seconds, more);
 		break;
 	case EVENT_PEER_LOST:
 		snprintf(buf, cap, "peer %s lost: %s%s", e->peer, e->reason, more);

@@ -62,6 +62,9 @@ void events_save_failed(const char *job, uint64_t step, const char *reason);
 void events_save_skipped(const char *job, uint64_t step, int64_t rank);
 /* A rank had no free staging slot for `seconds` (above stall_warn_ms). */
 void events_stall(const char *job, int64_t rank, double seconds);
+/* A rank reported (STALL) that its save of `step` stalled it for `seconds`
+ * (above stall_warn_ms). Same kind ("stall"), another reason. */
+void events_save_stall(const char *job, uint64_t step, int64_t rank, double seconds);
 /* The S3 tier: an upload of the step failed and will not be retried. */
 void events_s3_upload_failed(const char *job, uint64_t step, unsigned attempts,
 			     const char *reason);

@@ -25,7 +25,7 @@
 #include "ckpt-build-config.h"
 #include "metrics.h"
 
-#define MAX_BUCKETS 16
+#define MAX_BUCKETS 20
 
 /* 10 ms to 10 min: a save of a few MiB on NVMe to a slow parallel file
  * system or a rank that saves tens of GiB. */
@@ -33,6 +33,16 @@ static const double duration_buckets[] = {
 	0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 600,
 };
 #define DURATION_BUCKETS (unsigned)(sizeof(duration_buckets) / sizeof(duration_buckets[0]))
+
+/* 100 us to 60 s: a save stalls a rank for its copy into shared memory
+ * (about 11 GB/s here: 100 us per MiB) plus any wait for a free slot. */
+static const double stall_buckets[] = {
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60,
+};
+#define STALL_BUCKETS (unsigned)(sizeof(stall_buckets) / sizeof(stall_buckets[0]))
+_Static_assert(DURATION_BUCKETS <= MAX_BUCKETS && STALL_BUCKETS <= MAX_BUCKETS,
+	       "a histogram has more buckets than a series holds");
 
 /* The label that names a training job. Not "job": Prometheus gives every
  * scraped series job="<scrape job>" and would rename ours exported_job. */
@@ -60,7 +70,8 @@ const struct metric_def metric_defs[M__COUNT] = {
 		"ckpt_slot_wait_seconds_total", METRIC_COUNTER,
 		"Seconds, summed over ranks, during which a rank had every staging slot busy with "
 		"saves being written: a save begun then waits (backpressure=block) or is skipped. "
-		"An upper bound of the stall ckptd causes; the ranks' copy time is not reported.",
+		"An upper bound of the stall ckptd causes; ranks report their whole stall in "
+		"ckpt_save_stall_seconds.",
 		{ JOB } },
 	[M_TIME_TO_DURABLE_SECONDS] = {
 		"ckpt_time_to_durable_seconds", METRIC_HISTOGRAM,
@@ -125,6 +136,17 @@ const struct metric_def metric_defs[M__COUNT] = {
 		"ckpt_metrics_series_dropped_total", METRIC_COUNTER,
 		"Metric updates dropped: too many label combinations, or a bad label count.",
 		{ NULL } },
+	[M_SAVE_STALL_SECONDS] = {
+		"ckpt_save_stall_seconds", METRIC_HISTOGRAM,
+		"Seconds a save stalled its rank, as the rank reports it (STALL): "
+		"ckpt_save_begin .. ckpt_save_finish, the copy into shared memory plus any wait "
+		"for a free slot. One observation per accepted save of a rank whose libckpt reports.",
+		{ JOB }, stall_buckets, STALL_BUCKETS },
+	[M_SAVE_STALL_SECONDS_TOTAL] = {
+		"ckpt_save_stall_seconds_total", METRIC_COUNTER,
+		"Seconds, summed over ranks and saves, that saves stalled their ranks, as the "
+		"ranks report them (the sum of ckpt_save_stall_seconds).",
+		{ JOB } },
 };
 
 struct series {

@@ -51,6 +51,8 @@ enum metric_id {
 	M_WEBHOOK_EVENTS_TOTAL,       /* {outcome=sent|failed|dropped|coalesced} */
 	M_WEBHOOK_REQUESTS_TOTAL,     /* {result=ok|error} */
 	M_METRICS_SERIES_DROPPED_TOTAL,
+	M_SAVE_STALL_SECONDS,         /* histogram {ckpt_job}: reported by the ranks (STALL) */
+	M_SAVE_STALL_SECONDS_TOTAL,   /* {ckpt_job}: the same, summed */
 	M__COUNT
 };
 

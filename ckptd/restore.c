@@ -27,6 +27,7 @@
 #include "ckptd.h"
 #include "s3.h"
 #include "uploader.h"
+#include "zshard.h"
 
 struct restore {
 	struct client *c;
@@ -365,7 +366,12 @@ static int fetch_file(struct restore *rs, int stepfd, const char *dn, const char
 		snprintf(err, errlen, "%s/%s/%s: %s", rs->job->name, dn, tmp, strerror(errno));
 		return -errno;
 	}
-	int r = s3_sync_get_file(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen);
+	size_t nl = strlen(name);
+	bool z = rs->s3m && rs->s3m->s3_encoding[0] && nl > 6 && !strcmp(name + nl - 6, ".shard");
+	if (z)
+		snprintf(key, sizeof(key), "%s/%s/%s%s", rs->s3.job_key, dn, name, ZSHARD_SUFFIX);
+	int r = z ? s3_sync_get_zshard(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen)
+		  : s3_sync_get_file(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen);
 	if (r == 0 && fdatasync(fd) < 0) {
 		r = -errno;
 		snprintf(err, errlen, "%s/%s/%s: fdatasync: %s", rs->job->name, dn, tmp, strerror(-r));
@@ -404,6 +410,27 @@ static int fetch_from_s3(struct restore *rs, uint64_t step, char *err, size_t er
 		free(rs->s3m);
 		rs->s3m = NULL;
 		return r < 0 ? r : -CKPT_E_CORRUPT;
+	}
+	if (rs->s3m->s3_encoding[0]) {
+		if (strcmp(rs->s3m->s3_encoding, ZSHARD_ENCODING) != 0) {
+			snprintf(err, errlen, "s3://%s/%s: shards stored as \"%s\", unknown here",
+				 rs->s3.bucket, key, rs->s3m->s3_encoding);
+			return -EPROTONOSUPPORT;
+		}
+		/* The root's copy of the manifest does not say how S3 stores
+		 * the shards (FORMAT.md). */
+		char *json = NULL;
+		size_t len = 0;
+		char enc[sizeof(rs->s3m->s3_encoding)];
+		memcpy(enc, rs->s3m->s3_encoding, sizeof(enc));
+		rs->s3m->s3_encoding[0] = '\0';
+		r = ckpt_manifest_encode(rs->s3m, &json, &len);
+		memcpy(rs->s3m->s3_encoding, enc, sizeof(enc));
+		if (r < 0)
+			return r;
+		free(rs->s3m_json);
+		rs->s3m_json = json;
+		rs->s3m_len = len;
 	}
 	if (rs->rank >= rs->s3m->world_size) {
 		snprintf(err, errlen, "s3://%s/%s: saved by %u ranks; rank %u is not among them",
@@ -552,37 +579,18 @@ static int build_candidates(struct restore *rs, uint64_t step, uint32_t flags)
 /* What S3 holds of the job now (the uploader's view may predate it). */
 static void s3_refresh(struct restore *rs)
 {
-	char prefix[1200], err[300] = "", **keys = NULL;
-	uint64_t *sizes = NULL;
+	char err[300] = "";
+	uint64_t *steps = NULL;
 	size_t n = 0;
 
-	snprintf(prefix, sizeof(prefix), "%s/step-", rs->s3.job_key);
-	if (s3_sync_list(rs->s3.cfg, rs->s3.bucket, prefix, &keys, &sizes, &n, err, sizeof(err)) < 0) {
+	if (s3_sync_list_steps(rs->s3.cfg, rs->s3.bucket, rs->s3.job_key, &steps, &n, err,
+			       sizeof(err)) < 0) {
 		log_warn("restore", "cannot list S3 job=%s error=\"%s\"", rs->job->name, err);
 		return;
 	}
-	uint64_t *steps = calloc(n ? n : 1, sizeof(*steps));
-	size_t ns = 0;
-	for (size_t i = 0; i < n; i++) {
-		const char *k = keys[i] + strlen(prefix) - strlen("step-"), *slash = strchr(k, '/');
-		char dn[32];
-		uint64_t s;
-		if (steps && slash && (size_t)(slash - k) < sizeof(dn) &&
-		    !strcmp(slash + 1, CKPT_MANIFEST_NAME)) {
-			memcpy(dn, k, (size_t)(slash - k));
-			dn[slash - k] = '\0';
-			if (ckpt_step_dirname_parse(dn, &s) == 0)
-				steps[ns++] = s;
-		}
-		free(keys[i]);
-	}
-	free(keys);
-	free(sizes);
-	if (!steps)
-		return;
 	free(rs->s3.steps);
 	rs->s3.steps = steps;
-	rs->s3.n_steps = ns;
+	rs->s3.n_steps = n;
 }
 
 /* try_step, with S3 behind it: fetch what the root lacks or has damaged. */

@@ -348,7 +348,10 @@ struct s3_source {
 	const uint8_t *sha256;      /* 32 bytes or NULL */
 	const uint8_t *md5;         /* 16 bytes or NULL */
 };
-/* Where a GET body goes: buf (cap bytes) or fd at offset (pwrite). */
+/* Where a GET body goes: buf (cap bytes) or fd at offset (pwrite). Bytes
+ * written to fd are handed to the kernel's writeback as they arrive
+ * (sync_file_range, not waited for), so a caller's fsync at the end has
+ * little left to write. */
 struct s3_sink {
 	void *buf;
 	int fd;
@@ -445,5 +448,16 @@ int s3_sync_get_file(const struct s3_config *cfg, const char *bucket, const char
 		     uint64_t size, int fd, unsigned parallel,
 		     void (*progress)(void *opaque, uint64_t delta), void *opaque,
 		     char *err, size_t errlen);
+/* The steps committed on S3 (a MANIFEST.json object) under
+ * "<job_key>/step-<N>/", ascending (*steps: free). */
+int s3_sync_list_steps(const struct s3_config *cfg, const char *bucket, const char *job_key,
+		       uint64_t **steps, size_t *n, char *err, size_t errlen);
+/* A compressed shard object (zshard.h) into fd as the raw shard of
+ * raw_size bytes: trailer and table first, then batches of frames with
+ * `parallel` ranged GETs, each frame checked and decompressed. */
+int s3_sync_get_zshard(const struct s3_config *cfg, const char *bucket, const char *key,
+		       uint64_t raw_size, int fd, unsigned parallel,
+		       void (*progress)(void *opaque, uint64_t delta), void *opaque,
+		       char *err, size_t errlen);
 
 #endif

@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "s3.h"
+#include "zshard.h"
 
 #define RANGE_BYTES ((uint64_t)16 << 20)
 #define WAIT_MS (30 * 60 * 1000)
@@ -279,4 +282,210 @@ int s3_sync_get_file(const struct s3_config *cfg, const char *bucket, const char
 	free(rg);
 	s3_client_free(c);
 	return r;
+}
+
+/* ---- compressed shard objects (zshard.h) ------------------------------------ */
+
+#define BATCH_BYTES ((uint64_t)16 << 20)
+
+struct zbatch {
+	struct zfetch *f;
+	size_t first, last;     /* pieces */
+	uint64_t z_off, z_len;
+	uint8_t *buf;
+};
+
+struct zfetch {
+	int err;
+	char error[600];
+	const struct zpiece *p;
+	int fd;
+	uint8_t *raw, *tmp;     /* one piece's worth of scratch */
+	void (*progress)(void *opaque, uint64_t delta);
+	void *opaque;
+};
+
+static void zbatch_done(const struct s3_result *res, void *arg)
+{
+	struct zbatch *b = arg;
+	struct zfetch *f = b->f;
+
+	if (f->err)
+		goto out;
+	if (res->err || res->content_length != b->z_len) {
+		f->err = res->err ? res->err : -EBADMSG;
+		snprintf(f->error, sizeof(f->error), "%s", res->err ? res->error : "a short range");
+		goto out;
+	}
+	/* Runs on the thread that drives the client: one piece at a time. */
+	for (size_t i = b->first; i < b->last && !f->err; i++) {
+		const struct zpiece *p = &f->p[i];
+		int r = zshard_decompress(p, b->buf + (p->z_offset - b->z_off), f->tmp, f->raw);
+		if (r < 0) {
+			f->err = r;
+			snprintf(f->error, sizeof(f->error), "piece %zu (bytes %" PRIu64 "..%" PRIu64
+				 "): frame damaged (checksum or size)", i, p->raw_offset,
+				 p->raw_offset + p->raw_len);
+			break;
+		}
+		for (uint32_t done = 0; done < p->raw_len;) {
+			ssize_t n = pwrite(f->fd, f->raw + done, p->raw_len - done,
+					   (off_t)(p->raw_offset + done));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				f->err = n < 0 ? -errno : -EIO;
+				snprintf(f->error, sizeof(f->error), "writing: %s", strerror(-f->err));
+				break;
+			}
+			done += (uint32_t)n;
+		}
+		if (!f->err && f->progress)
+			f->progress(f->opaque, p->raw_len);
+	}
+out:
+	free(b->buf);
+	b->buf = NULL;
+}
+
+int s3_sync_get_zshard(const struct s3_config *cfg, const char *bucket, const char *key,
+		       uint64_t raw_size, int fd, unsigned parallel,
+		       void (*progress)(void *opaque, uint64_t delta), void *opaque,
+		       char *err, size_t errlen)
+{
+	s3_client *c = NULL;
+	struct one o = { 0 };
+	uint8_t trailer[ZSHARD_TRAILER_BYTES], *table = NULL;
+	struct zpiece *p = NULL;
+	struct zbatch *b = NULL;
+	size_t n = 0, nb = 0;
+	uint64_t raw_bytes = 0, size;
+	int r = client_new(cfg, parallel, &c, err, errlen);
+
+	if (r < 0)
+		return r;
+	r = one_wait(c, s3_head_object(c, bucket, key, one_done, &o), &o, key, err, errlen);
+	size = o.content_length;
+	one_free(&o);
+	if (r == 0 && size < ZSHARD_TRAILER_BYTES)
+		r = -EBADMSG;
+	if (r == 0) {
+		struct s3_sink sink = { .buf = trailer, .fd = -1, .cap = sizeof(trailer) };
+		r = one_wait(c, s3_get_object(c, bucket, key, size - sizeof(trailer), sizeof(trailer),
+					      &sink, one_done, &o), &o, key, err, errlen);
+		one_free(&o);
+	}
+	if (r == 0)
+		r = zshard_trailer_decode(trailer, size, &n, &raw_bytes);
+	if (r == 0 && raw_bytes != raw_size)
+		r = -EBADMSG;
+	if (r == 0 && n) {
+		uint64_t tb = (uint64_t)n * ZSHARD_ENTRY_BYTES;
+		table = malloc(tb + ZSHARD_TRAILER_BYTES);
+		if (!table) {
+			r = -ENOMEM;
+		} else {
+			struct s3_sink sink = { .buf = table, .fd = -1, .cap = tb };
+			r = one_wait(c, s3_get_object(c, bucket, key, size - ZSHARD_TRAILER_BYTES - tb, tb,
+						      &sink, one_done, &o), &o, key, err, errlen);
+			one_free(&o);
+			memcpy(table + tb, trailer, ZSHARD_TRAILER_BYTES);
+		}
+	}
+	if (r == 0)
+		r = zshard_table_decode(table, n, raw_bytes, size, &p);
+	if (r == -EBADMSG || r == -EPROTONOSUPPORT)
+		snprintf(err, errlen, "s3://%s/%s: %s", bucket, key,
+			 r == -EBADMSG ? "not a valid compressed shard (trailer, table or size)"
+				       : "compressed shard of an unknown version");
+	free(table);
+	if (r < 0) {
+		s3_client_free(c);
+		return r;
+	}
+	/* Batches of whole frames, about BATCH_BYTES each. */
+	b = calloc(n ? n : 1, sizeof(*b));
+	uint32_t maxraw = 0;
+	for (size_t i = 0; i < n; i++)
+		if (p[i].raw_len > maxraw)
+			maxraw = p[i].raw_len;
+	struct zfetch f = { .p = p, .fd = fd, .raw = malloc(maxraw ? maxraw : 1),
+			    .tmp = malloc(maxraw ? maxraw : 1), .progress = progress,
+			    .opaque = opaque };
+	if (!b || !f.raw || !f.tmp)
+		r = -ENOMEM;
+	for (size_t i = 0; r == 0 && i < n;) {
+		struct zbatch *x = &b[nb++];
+		x->f = &f;
+		x->first = i;
+		x->z_off = p[i].z_offset;
+		while (i < n && (i == x->first || p[i].z_offset + p[i].z_len - x->z_off <= BATCH_BYTES))
+			i++;
+		x->last = i;
+		x->z_len = p[i - 1].z_offset + p[i - 1].z_len - x->z_off;
+		x->buf = malloc(x->z_len ? x->z_len : 1);
+		if (!x->buf) {
+			r = -ENOMEM;
+			break;
+		}
+		struct s3_sink sink = { .buf = x->buf, .fd = -1, .cap = x->z_len };
+		r = s3_get_object(c, bucket, key, x->z_off, x->z_len, &sink, zbatch_done, x);
+		if (r < 0) {
+			free(x->buf);
+			x->buf = NULL;
+		}
+	}
+	int w = s3_client_wait(c, WAIT_MS);
+	if (r == 0 && w < 0)
+		r = w;
+	if (r == 0 && f.err) {
+		r = f.err;
+		snprintf(err, errlen, "s3://%s/%s: %s", bucket, key, f.error);
+	} else if (r < 0) {
+		snprintf(err, errlen, "s3://%s/%s: %s", bucket, key, strerror(-r));
+	}
+	s3_client_free(c);
+	for (size_t i = 0; i < nb; i++)
+		free(b[i].buf);
+	free(b);
+	free(f.raw);
+	free(f.tmp);
+	free(p);
+	return r;
+}
+
+int s3_sync_list_steps(const struct s3_config *cfg, const char *bucket, const char *job_key,
+		       uint64_t **steps, size_t *n, char *err, size_t errlen)
+{
+	char prefix[S3_KEY_MAX + 16], **keys = NULL;
+	uint64_t *sizes = NULL;
+	size_t nk = 0, ns = 0;
+
+	snprintf(prefix, sizeof(prefix), "%s/", job_key);
+	size_t plen = strlen(prefix);
+	snprintf(prefix + plen, sizeof(prefix) - plen, "step-");
+	int r = s3_sync_list(cfg, bucket, prefix, &keys, &sizes, &nk, err, errlen);
+	if (r < 0)
+		return r;
+	uint64_t *v = calloc(nk ? nk : 1, sizeof(*v));
+	for (size_t i = 0; i < nk; i++) {
+		const char *k = keys[i] + plen, *slash = strchr(k, '/');
+		char dn[32];
+		uint64_t s;
+		if (v && slash && (size_t)(slash - k) < sizeof(dn) &&
+		    !strcmp(slash + 1, "MANIFEST.json")) {
+			memcpy(dn, k, (size_t)(slash - k));
+			dn[slash - k] = '\0';
+			if (ckpt_step_dirname_parse(dn, &s) == 0)
+				v[ns++] = s;
+		}
+		free(keys[i]);
+	}
+	free(keys);
+	free(sizes);
+	if (!v)
+		return -ENOMEM;
+	*steps = v;
+	*n = ns;
+	return 0;
 }

@@ -26,6 +26,7 @@
 #include "ckptd.h"
 #include "notify.h"
 #include "server.h"
+#include "s3.h"
 #include "uploader.h"
 
 #define TAG_LISTEN ((void *)1)
@@ -302,6 +303,7 @@ static void on_accept(struct daemon *d)
 		c->arena_fd = -1;
 		c->fixed_base = -1;
 		c->last_step = CKPT_NO_STEP;
+		c->stall_step = CKPT_NO_STEP;
 		c->refs = 1;
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = c };
 		if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
@@ -371,6 +373,12 @@ static void hello_finish(struct client *c)
 		client_kill(c, "sending HELLO_OK");
 		return;
 	}
+	/* The optional messages we take, as a STATUS that older clients
+	 * ignore (PROTOCOL.md, "Extensions within version 1"); it goes
+	 * before anything else, in particular before any SAVE_OK. */
+	struct ckpt_msg notice;
+	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL);
+	client_send(c, &notice);
 	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
 		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,
 		 (unsigned long long)c->slot_bytes);
@@ -650,6 +658,7 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	ok.u.save_ok.step = s->step;
 	ok.u.save_ok.slot = s->slot;
 	client_send(c, &ok);
+	c->stall_step = s->step;
 	metrics_add(M_STAGED_BYTES_TOTAL, (double)s->data_bytes, c->job->name);
 	slots_watch(c);
 	r = writer_start(c, st, s->slot, s, &table, err, sizeof(err));
@@ -705,19 +714,97 @@ static void on_query(struct client *c, const struct ckpt_msg *m)
 	client_send(c, &r);
 }
 
-static void on_list(struct client *c, const struct ckpt_msg *m)
+/* Answer LIST with the union of the root's committed steps and `extra`
+ * (S3's), ascending, the newest CKPT_LIST_MAX. */
+static void send_list(struct client *c, uint32_t seq, const uint64_t *extra, size_t n_extra)
 {
 	struct ckpt_msg r;
 	struct job *job = c->job;
+	size_t n = job->n_committed + n_extra, total = 0;
+	uint64_t *all = malloc((n ? n : 1) * sizeof(*all));
 
 	memset(&r, 0, sizeof(r));
 	r.type = CKPT_MSG_LIST_OK;
-	r.seq = m->seq;
-	r.u.list_ok.total = (uint32_t)job->n_committed;
-	size_t first = job->n_committed > CKPT_LIST_MAX ? job->n_committed - CKPT_LIST_MAX : 0;
-	for (size_t i = first; i < job->n_committed; i++)
-		r.u.list_ok.steps[r.u.list_ok.count++] = job->committed[i];
+	r.seq = seq;
+	if (!all) {
+		extra = NULL;
+		n_extra = 0;
+		all = job->committed;
+	}
+	/* Merge two ascending lists, dropping duplicates. */
+	size_t i = 0, k = 0;
+	while (i < job->n_committed || k < n_extra) {
+		uint64_t s;
+		if (k >= n_extra || (i < job->n_committed && job->committed[i] <= extra[k])) {
+			s = job->committed[i++];
+			if (k < n_extra && extra[k] == s)
+				k++;
+		} else {
+			s = extra[k++];
+		}
+		if (all != job->committed)
+			all[total] = s;
+		total++;
+	}
+	r.u.list_ok.total = (uint32_t)total;
+	for (size_t j = total > CKPT_LIST_MAX ? total - CKPT_LIST_MAX : 0; j < total; j++)
+		r.u.list_ok.steps[r.u.list_ok.count++] = all[j];
+	if (all != job->committed)
+		free(all);
 	client_send(c, &r);
+}
+
+/* With the S3 tier, LIST asks S3 too (on a worker: it is a request). */
+struct list_job {
+	struct client *c;
+	uint32_t seq;
+	struct s3_origin s3;
+	uint64_t *steps;
+	size_t n;
+};
+
+static void list_run(void *arg)
+{
+	struct list_job *lj = arg;
+	char err[300] = "";
+
+	if (s3_sync_list_steps(lj->s3.cfg, lj->s3.bucket, lj->s3.job_key, &lj->steps, &lj->n, err,
+			       sizeof(err)) < 0)
+		log_warn("server", "LIST: cannot list S3 job=%s error=\"%s\"", lj->c->job->name, err);
+}
+
+static void list_done(void *arg)
+{
+	struct list_job *lj = arg;
+	struct client *c = lj->c;
+
+	c->d->busy--;
+	if (!c->dead)
+		send_list(c, lj->seq, lj->steps, lj->n);
+	client_unref(c);
+	uploader_origin_free(&lj->s3);
+	free(lj->steps);
+	free(lj);
+}
+
+static void on_list(struct client *c, const struct ckpt_msg *m)
+{
+	struct daemon *d = c->d;
+	struct list_job *lj = d->uploader ? calloc(1, sizeof(*lj)) : NULL;
+
+	if (lj && uploader_origin(d, c->job->name, &lj->s3) == 0) {
+		lj->c = c;
+		lj->seq = m->seq;
+		c->refs++;
+		d->busy++;
+		if (workers_submit(d->workers, list_run, list_done, lj) == 0)
+			return;
+		c->refs--;
+		d->busy--;
+		uploader_origin_free(&lj->s3);
+	}
+	free(lj);
+	send_list(c, m->seq, NULL, 0);
 }
 
 static void on_restore(struct client *c, const struct ckpt_msg *m)
@@ -751,6 +838,32 @@ static void on_release(struct client *c, const struct ckpt_msg *m)
 	c->slot_state[slot] = SLOT_CLIENT;
 }
 
+/*
+ * A rank's report of how long its last accepted save stalled it. The
+ * decoder has checked the value (finite, >= 0, under a day). A report of
+ * another step, or a second one, is dropped: it may be late for a step
+ * abandoned meanwhile, and it is only a metric.
+ */
+static void on_stall(struct client *c, const struct ckpt_msg *m)
+{
+	const struct ckpt_msg_stall *s = &m->u.stall;
+	uint32_t warn_ms = c->d->cfg->stall_warn_ms;
+
+	if (s->step != c->stall_step) {
+		log_debug("server", "STALL ignored job=%s rank=%u step=%llu (not the last SAVE)",
+			  c->job->name, c->rank, (unsigned long long)s->step);
+		return;
+	}
+	c->stall_step = CKPT_NO_STEP;
+	metrics_observe(M_SAVE_STALL_SECONDS, s->seconds, c->job->name);
+	metrics_add(M_SAVE_STALL_SECONDS_TOTAL, s->seconds, c->job->name);
+	if (warn_ms && s->seconds * 1000 >= warn_ms) {
+		log_warn("server", "save stalled the rank job=%s step=%llu rank=%u seconds=%.3f",
+			 c->job->name, (unsigned long long)s->step, c->rank, s->seconds);
+		events_save_stall(c->job->name, s->step, c->rank, s->seconds);
+	}
+}
+
 static void on_message(struct client *c, const struct ckpt_msg *m)
 {
 	if (!c->hello_done && m->type != CKPT_MSG_HELLO) {
@@ -782,6 +895,9 @@ static void on_message(struct client *c, const struct ckpt_msg *m)
 		break;
 	case CKPT_MSG_BYE:
 		client_kill(c, "said goodbye");
+		break;
+	case CKPT_MSG_STALL:
+		on_stall(c, m);
 		break;
 	default:
 		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "unexpected %s from a client",

@@ -466,24 +466,14 @@ void store_sha256(const void *buf, size_t len, uint8_t out[32])
 		memset(out, 0, 32);
 }
 
-/* Read and decode an index; *file_len gets the file's size. */
-static int read_index(int stepfd, uint32_t rank, const uint8_t *sha256,
-		      struct ckpt_index *idx, size_t *file_len, char *err,
-		      size_t errlen)
+/* Check an index file's bytes against the manifest's digest (if given),
+ * decode them and check they are rank's. `name` labels messages. */
+static int decode_index(const char *name, const void *buf, size_t len,
+			uint32_t rank, const uint8_t *sha256,
+			struct ckpt_index *idx, char *err, size_t errlen)
 {
-	char name[32];
-	_cleanup_free_ void *buf = NULL;
-	size_t len;
 	int r;
 
-	r = ckpt_index_filename(name, sizeof(name), rank);
-	if (r < 0)
-		return r;
-	r = store_read_file(stepfd, name, STORE_INDEX_MAX, &buf, &len);
-	if (r < 0) {
-		set_err(err, errlen, "%s: %s", name, strerror(-r));
-		return r;
-	}
 	if (sha256) {
 		uint8_t got[32];
 
@@ -510,6 +500,30 @@ static int read_index(int stepfd, uint32_t rank, const uint8_t *sha256,
 		ckpt_index_free(idx);
 		return -EBADMSG;
 	}
+	return 0;
+}
+
+/* Read and decode an index; *file_len gets the file's size. */
+static int read_index(int stepfd, uint32_t rank, const uint8_t *sha256,
+		      struct ckpt_index *idx, size_t *file_len, char *err,
+		      size_t errlen)
+{
+	char name[32];
+	_cleanup_free_ void *buf = NULL;
+	size_t len;
+	int r;
+
+	r = ckpt_index_filename(name, sizeof(name), rank);
+	if (r < 0)
+		return r;
+	r = store_read_file(stepfd, name, STORE_INDEX_MAX, &buf, &len);
+	if (r < 0) {
+		set_err(err, errlen, "%s: %s", name, strerror(-r));
+		return r;
+	}
+	r = decode_index(name, buf, len, rank, sha256, idx, err, errlen);
+	if (r < 0)
+		return r;
 	if (file_len)
 		*file_len = len;
 	return 0;
@@ -582,11 +596,15 @@ static int cmp_extent(const void *a, const void *b)
 	return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* Reads a shard window by window: from a file (O_DIRECT where the file
+ * system takes it), or through the caller's read function. */
 struct shard_reader {
 	int fd;
 	bool direct;
 	int stepfd;
 	const char *name;
+	store_read_fn read;     /* NULL: the file */
+	void *read_opaque;
 	uint8_t *buf;
 	size_t cap;
 	uint64_t win_start, win_end; /* bytes of the file in buf */
@@ -604,17 +622,12 @@ static int reader_open(struct shard_reader *rd)
 	return rd->fd < 0 ? -errno : 0;
 }
 
-/* Load the window that holds file offset pos. */
-static int reader_fill(struct shard_reader *rd, uint64_t pos)
+static int file_read(struct shard_reader *rd, uint64_t start, size_t want)
 {
-	uint64_t start = pos & ~(uint64_t)(CKPT_ALIGN - 1);
-	uint64_t want = rd->file_bytes - start;
 	size_t got = 0;
 
-	if (want > rd->cap)
-		want = rd->cap;
 	while (got < want) {
-		ssize_t n = pread(rd->fd, rd->buf + got, (size_t)want - got,
+		ssize_t n = pread(rd->fd, rd->buf + got, want - got,
 				  (off_t)(start + got));
 
 		if (n < 0) {
@@ -639,8 +652,24 @@ static int reader_fill(struct shard_reader *rd, uint64_t pos)
 			return -ENODATA; /* shorter than it said at fstat */
 		got += (size_t)n;
 	}
+	return 0;
+}
+
+/* Load the window that holds file offset pos. */
+static int reader_fill(struct shard_reader *rd, uint64_t pos)
+{
+	uint64_t start = pos & ~(uint64_t)(CKPT_ALIGN - 1);
+	uint64_t want = rd->file_bytes - start;
+	int r;
+
+	if (want > rd->cap)
+		want = rd->cap;
+	r = rd->read ? rd->read(rd->read_opaque, start, rd->buf, (size_t)want)
+		     : file_read(rd, start, (size_t)want);
+	if (r < 0)
+		return r;
 	rd->win_start = start;
-	rd->win_end = start + got;
+	rd->win_end = start + want;
 	return 0;
 }
 
@@ -779,120 +808,111 @@ static int reader_crc(struct shard_reader *rd, uint64_t pos, uint64_t end,
 	return 0;
 }
 
-int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
-		      store_progress_fn progress, void *opaque,
-		      struct store_verify_result *res)
+/*
+ * Index against manifest, once the index decoded: its size, what it says of
+ * the rank, its chunk count. why gets "INDEXNAME: reason".
+ */
+static int check_index(const struct ckpt_manifest *m, uint32_t rank,
+		       const struct ckpt_index *idx, size_t index_len,
+		       const char *iname, char *why, size_t whylen)
 {
-	char dname[32], iname[32], sname[32], why[384] = "";
-	_cleanup_close_ int stepfd = -1;
-	__attribute__((cleanup(index_freep))) struct ckpt_index idx = { 0 };
-	__attribute__((cleanup(reader_closep))) struct shard_reader rd = { .fd = -1 };
+	const struct ckpt_manifest_rank *mr = &m->ranks[rank];
+	char w[256];
+	uint64_t need;
+	int r;
+
+	if (index_len != mr->index_bytes) {
+		snprintf(why, whylen, "%s: %zu bytes, the manifest says %" PRIu64,
+			 iname, index_len, mr->index_bytes);
+		return -EBADMSG;
+	}
+	r = check_index_matches(m, mr, idx, w, sizeof(w));
+	if (r < 0) {
+		snprintf(why, whylen, "%s: %s", iname, w);
+		return r;
+	}
+	need = ckpt_chunk_count(&idx->table, idx->blob_bytes, idx->chunk_bytes);
+	if (idx->chunk_bytes == 0 || need != idx->chunk_count) {
+		snprintf(why, whylen, "%s: %" PRIu32 " chunk checksums, the layout needs %" PRIu64,
+			 iname, idx->chunk_count, need);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/*
+ * Check every chunk of the shard rd reads (rd->file_bytes long) against
+ * idx, front to back through a window of at most `window` bytes. A
+ * mismatch is counted in *res and named in res->first_error (-EBADMSG); a
+ * shard of the wrong size or one that cannot be read leaves its reason in
+ * why ("SHARDNAME: reason") instead.
+ */
+static int check_chunks(const struct ckpt_manifest *m, uint32_t rank,
+			const struct ckpt_index *idx, struct shard_reader *rd,
+			size_t window, const char *dname, const char *sname,
+			const char *iname, store_progress_fn progress, void *opaque,
+			struct store_verify_result *res, char *why, size_t whylen)
+{
 	_cleanup_free_ struct extent *ext = NULL;
 	_cleanup_free_ uint8_t *buf = NULL;
-	const struct ckpt_manifest_rank *mr;
-	struct stat st;
-	size_t index_len = 0;
-	uint64_t total = 0, done = 0, need;
+	uint64_t total = 0, done = 0;
 	uint32_t next = 0;
 	int r;
 
-	if (!res)
-		return -EINVAL;
-	memset(res, 0, sizeof(*res));
-	if (!m || !m->ranks || rank >= m->world_size)
-		return -EINVAL;
-	mr = &m->ranks[rank];
-	if (ckpt_step_dirname(dname, sizeof(dname), m->step) < 0 ||
-	    ckpt_index_filename(iname, sizeof(iname), rank) < 0 ||
-	    ckpt_shard_filename(sname, sizeof(sname), rank) < 0)
-		return -EINVAL;
-
-	/* why names a file inside the step directory; the label adds the
-	 * directory, rank and step. */
-#define FAIL(code, ...)                                                     \
-	do {                                                                 \
-		snprintf(why, sizeof(why), __VA_ARGS__);                     \
-		r = (code);                                                  \
-		goto fail;                                                   \
-	} while (0)
-
-	stepfd = open_dir_at(jobfd, dname);
-	if (stepfd < 0)
-		FAIL(stepfd, ": %s", strerror(-stepfd));
-
-	r = read_index(stepfd, rank, mr->index_sha256, &idx, &index_len, why,
-		       sizeof(why));
-	if (r < 0)
-		goto fail;
-	if (index_len != mr->index_bytes)
-		FAIL(-EBADMSG, "%s: %zu bytes, the manifest says %" PRIu64, iname,
-		     index_len, mr->index_bytes);
-	{
-		char w[256];
-
-		r = check_index_matches(m, mr, &idx, w, sizeof(w));
-		if (r < 0)
-			FAIL(r, "%s: %s", iname, w);
+	if (rd->file_bytes != idx->shard_bytes) {
+		snprintf(why, whylen, "%s: %" PRIu64 " bytes, the index says %" PRIu64
+			 " (truncated or extended)", sname, rd->file_bytes,
+			 idx->shard_bytes);
+		return -EBADMSG;
 	}
-	need = ckpt_chunk_count(&idx.table, idx.blob_bytes, idx.chunk_bytes);
-	if (idx.chunk_bytes == 0 || need != idx.chunk_count)
-		FAIL(-EBADMSG, "%s: %" PRIu32 " chunk checksums, the layout needs %" PRIu64,
-		     iname, idx.chunk_count, need);
-
-	rd.stepfd = stepfd;
-	rd.name = sname;
-	r = reader_open(&rd);
-	if (r < 0)
-		FAIL(r, "%s: %s", sname, strerror(-r));
-	if (fstat(rd.fd, &st) < 0)
-		FAIL(-errno, "%s: %s", sname, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		FAIL(-EBADMSG, "%s: not a regular file", sname);
-	if ((uint64_t)st.st_size != idx.shard_bytes)
-		FAIL(-EBADMSG, "%s: %" PRIu64 " bytes, the index says %" PRIu64
-		     " (truncated or extended)", sname, (uint64_t)st.st_size,
-		     idx.shard_bytes);
-	rd.file_bytes = (uint64_t)st.st_size;
-
 	{
 		char w[256];
 
-		r = build_extents(&idx, rd.file_bytes, &ext, &next, &total, w,
+		r = build_extents(idx, rd->file_bytes, &ext, &next, &total, w,
 				  sizeof(w));
-		if (r < 0)
-			FAIL(r, "%s: %s", iname, r == -ENOMEM ? strerror(ENOMEM) : w);
+		if (r < 0) {
+			snprintf(why, whylen, "%s: %s", iname,
+				 r == -ENOMEM ? strerror(ENOMEM) : w);
+			return r;
+		}
 	}
 
-	rd.cap = rd.file_bytes < STORE_VERIFY_BUF
-			 ? (size_t)((rd.file_bytes + CKPT_ALIGN - 1) &
-				    ~(uint64_t)(CKPT_ALIGN - 1))
-			 : STORE_VERIFY_BUF;
-	if (rd.cap == 0)
-		rd.cap = CKPT_ALIGN;
-	if (posix_memalign((void **)&buf, CKPT_ALIGN, rd.cap) != 0)
-		FAIL(-ENOMEM, "%s: %s", sname, strerror(ENOMEM));
-	rd.buf = buf;
+	window = (window + CKPT_ALIGN - 1) & ~(size_t)(CKPT_ALIGN - 1);
+	rd->cap = rd->file_bytes < window
+			  ? (size_t)((rd->file_bytes + CKPT_ALIGN - 1) &
+				     ~(uint64_t)(CKPT_ALIGN - 1))
+			  : window;
+	if (rd->cap == 0)
+		rd->cap = CKPT_ALIGN;
+	if (posix_memalign((void **)&buf, CKPT_ALIGN, rd->cap) != 0) {
+		snprintf(why, whylen, "%s: %s", sname, strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	rd->buf = buf;
 
 	for (uint32_t i = 0; i < next; i++) {
 		const struct extent *e = &ext[i];
 		uint32_t acc = 0; /* CRC of the extent so far */
 		uint64_t k = e->first_chunk;
 
-		for (uint64_t coff = 0; coff < e->bytes; coff += idx.chunk_bytes, k++) {
-			uint64_t clen = e->bytes - coff < idx.chunk_bytes
+		for (uint64_t coff = 0; coff < e->bytes; coff += idx->chunk_bytes, k++) {
+			uint64_t clen = e->bytes - coff < idx->chunk_bytes
 						? e->bytes - coff
-						: idx.chunk_bytes;
+						: idx->chunk_bytes;
 			uint32_t crc;
 
-			r = reader_crc(&rd, e->offset + coff, e->offset + coff + clen,
+			r = reader_crc(rd, e->offset + coff, e->offset + coff + clen,
 				       &crc);
-			if (r < 0)
-				FAIL(r, "%s: read at byte offset %" PRIu64 ": %s", sname,
-				     e->offset + coff, strerror(-r));
+			if (r < 0) {
+				snprintf(why, whylen, "%s: read at byte offset %" PRIu64 ": %s",
+					 sname, e->offset + coff, strerror(-r));
+				rd->buf = NULL;
+				return r;
+			}
 			res->chunks++;
 			res->bytes += clen;
 			done += clen;
-			if (crc != idx.chunk_crc[k]) {
+			if (crc != idx->chunk_crc[k]) {
 				res->bad_chunks++;
 				if (!res->first_error[0])
 					snprintf(res->first_error, sizeof(res->first_error),
@@ -902,16 +922,16 @@ int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
 						 " bytes into the tensor): crc32c %08" PRIx32
 						 ", index says %08" PRIx32,
 						 dname, sname, rank, m->step,
-						 extent_name(&idx, e), k, e->offset + coff,
-						 coff, crc, idx.chunk_crc[k]);
+						 extent_name(idx, e), k, e->offset + coff,
+						 coff, crc, idx->chunk_crc[k]);
 			}
 			acc = coff == 0 ? crc : ckpt_crc32c_combine(acc, crc, clen);
 			if (progress)
 				progress(opaque, done, total);
 		}
 		uint32_t want = e->tensor == UINT32_MAX
-					? idx.blob_crc32c
-					: idx.table.tensors[e->tensor].crc32c;
+					? idx->blob_crc32c
+					: idx->table.tensors[e->tensor].crc32c;
 
 		/* Chunks that all match but add up to another tensor CRC mean
 		 * the index disagrees with itself. */
@@ -921,16 +941,121 @@ int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
 				 "%s/%s: rank %" PRIu32 " step %" PRIu64
 				 ": tensor '%s' at byte offset %" PRIu64 " (%" PRIu64
 				 " bytes): crc32c %08" PRIx32 ", expected %08" PRIx32,
-				 dname, sname, rank, m->step, extent_name(&idx, e),
+				 dname, sname, rank, m->step, extent_name(idx, e),
 				 e->offset, e->bytes, acc, want);
 		}
 	}
-#undef FAIL
+	rd->buf = NULL;
 	return res->first_error[0] ? -EBADMSG : 0;
+}
 
-fail:
+/* The names a rank's verification speaks of; res cleared. */
+static int verify_begin(const struct ckpt_manifest *m, uint32_t rank,
+			struct store_verify_result *res, char *dname,
+			char *iname, char *sname)
+{
+	if (!res)
+		return -EINVAL;
+	memset(res, 0, sizeof(*res));
+	if (!m || !m->ranks || rank >= m->world_size)
+		return -EINVAL;
+	if (ckpt_step_dirname(dname, 32, m->step) < 0 ||
+	    ckpt_index_filename(iname, 32, rank) < 0 ||
+	    ckpt_shard_filename(sname, 32, rank) < 0)
+		return -EINVAL;
+	return 0;
+}
+
+/* why names a file inside the step directory; the label adds the
+ * directory, rank and step. */
+static int verify_failed(const struct ckpt_manifest *m, uint32_t rank,
+			 const char *dname, const char *why,
+			 struct store_verify_result *res, int r)
+{
 	snprintf(res->first_error, sizeof(res->first_error),
 		 "%s%s%s (rank %" PRIu32 " step %" PRIu64 ")", dname,
 		 why[0] == ':' ? "" : "/", why, rank, m->step);
+	return r;
+}
+
+int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
+		      store_progress_fn progress, void *opaque,
+		      struct store_verify_result *res)
+{
+	char dname[32], iname[32], sname[32], why[384] = "";
+	_cleanup_close_ int stepfd = -1;
+	__attribute__((cleanup(index_freep))) struct ckpt_index idx = { 0 };
+	__attribute__((cleanup(reader_closep))) struct shard_reader rd = { .fd = -1 };
+	struct stat st;
+	size_t index_len = 0;
+	int r;
+
+	r = verify_begin(m, rank, res, dname, iname, sname);
+	if (r < 0)
+		return r;
+	stepfd = open_dir_at(jobfd, dname);
+	if (stepfd < 0) {
+		snprintf(why, sizeof(why), ": %s", strerror(-stepfd));
+		return verify_failed(m, rank, dname, why, res, stepfd);
+	}
+	r = read_index(stepfd, rank, m->ranks[rank].index_sha256, &idx, &index_len,
+		       why, sizeof(why));
+	if (r == 0)
+		r = check_index(m, rank, &idx, index_len, iname, why, sizeof(why));
+	if (r < 0)
+		return verify_failed(m, rank, dname, why, res, r);
+
+	rd.stepfd = stepfd;
+	rd.name = sname;
+	r = reader_open(&rd);
+	if (r == 0 && fstat(rd.fd, &st) < 0)
+		r = -errno;
+	if (r < 0) {
+		snprintf(why, sizeof(why), "%s: %s", sname, strerror(-r));
+		return verify_failed(m, rank, dname, why, res, r);
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, sizeof(why), "%s: not a regular file", sname);
+		return verify_failed(m, rank, dname, why, res, -EBADMSG);
+	}
+	rd.file_bytes = (uint64_t)st.st_size;
+	r = check_chunks(m, rank, &idx, &rd, STORE_VERIFY_BUF, dname, sname, iname,
+			 progress, opaque, res, why, sizeof(why));
+	if (r < 0 && why[0])
+		return verify_failed(m, rank, dname, why, res, r);
+	return r;
+}
+
+int store_verify_rank_bytes(const struct ckpt_manifest *m, uint32_t rank,
+			    const void *index_buf, size_t index_len,
+			    uint64_t shard_bytes, store_read_fn read,
+			    void *read_opaque, size_t window,
+			    store_progress_fn progress, void *opaque,
+			    struct store_verify_result *res)
+{
+	char dname[32], iname[32], sname[32], why[384] = "";
+	__attribute__((cleanup(index_freep))) struct ckpt_index idx = { 0 };
+	struct shard_reader rd = { .fd = -1 };
+	int r;
+
+	r = verify_begin(m, rank, res, dname, iname, sname);
+	if (r < 0)
+		return r;
+	if (!index_buf || !read)
+		return -EINVAL;
+	r = decode_index(iname, index_buf, index_len, rank,
+			 m->ranks[rank].index_sha256, &idx, why, sizeof(why));
+	if (r == 0)
+		r = check_index(m, rank, &idx, index_len, iname, why, sizeof(why));
+	if (r < 0)
+		return verify_failed(m, rank, dname, why, res, r);
+
+	rd.read = read;
+	rd.read_opaque = read_opaque;
+	rd.file_bytes = shard_bytes;
+	r = check_chunks(m, rank, &idx, &rd, window ? window : STORE_VERIFY_BUF,
+			 dname, sname, iname, progress, opaque, res, why, sizeof(why));
+	if (r < 0 && why[0])
+		return verify_failed(m, rank, dname, why, res, r);
 	return r;
 }

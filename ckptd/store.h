@@ -81,6 +81,27 @@ int store_verify_rank(int jobfd, const struct ckpt_manifest *m, uint32_t rank,
 		      store_progress_fn progress, void *opaque,
 		      struct store_verify_result *res);
 
+/* Read exactly len bytes of a shard at offset into buf (0 or -errno). */
+typedef int (*store_read_fn)(void *opaque, uint64_t offset, void *buf,
+			     size_t len);
+
+/*
+ * store_verify_rank's checks on a rank whose files come from elsewhere (an
+ * S3 step): index_buf/index_len are the index file's bytes (borrowed),
+ * checked against the manifest's size and SHA-256; shard_bytes is the shard's
+ * size as its source reports it; read() is asked for the shard's bytes
+ * front to back, at most `window` bytes at a time (0: the default, 8 MiB;
+ * rounded up to 4 KiB), each window at a 4 KiB-aligned offset. Messages name
+ * the files as in a root (step-N/rank-R.shard). Same returns as
+ * store_verify_rank; a read() error comes back as is.
+ */
+int store_verify_rank_bytes(const struct ckpt_manifest *m, uint32_t rank,
+			    const void *index_buf, size_t index_len,
+			    uint64_t shard_bytes, store_read_fn read,
+			    void *read_opaque, size_t window,
+			    store_progress_fn progress, void *opaque,
+			    struct store_verify_result *res);
+
 /* Sum of shard and index bytes of a committed step (from the manifest). */
 uint64_t store_manifest_bytes(const struct ckpt_manifest *m);
 

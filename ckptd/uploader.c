@@ -30,6 +30,7 @@
 #include "store.h"
 #include "uploader.h"
 #include "workers.h"
+#include "zshard.h"
 
 #define KEY_MAX 1100
 /* Delay before a failed task is tried again: doubles from the first to the
@@ -50,8 +51,16 @@ struct s3job {
 	size_t n_s3, cap_s3;
 };
 
+/* A compression unit's output, once compressed (kept until its turn). */
+struct cres {
+	uint8_t *buf;
+	size_t len;
+	uint8_t md5[16], sha256[32];
+};
+
 struct obj {
-	char name[32];         /* rank-000001.shard */
+	char name[32];         /* the file in the root: rank-000001.shard */
+	char key_name[40];     /* the object: the same, or + ".zst" compressed */
 	uint64_t size;
 	uint64_t s3_size;      /* size of the object already there, UINT64_MAX: none */
 	enum obj_state state;
@@ -62,6 +71,21 @@ struct obj {
 	char **etags;          /* [nparts] as UploadPart returned them */
 	char **old_etags;      /* [nparts] of an unfinished upload found in S3 */
 	uint64_t *old_sizes;
+	/* compressed (zshard.h): nparts is then the capacity of the arrays
+	 * and parts_emitted the parts made so far */
+	bool compress;
+	struct zpiece *pieces;
+	size_t npieces;
+	size_t *cunit_first;   /* [ncunits + 1]: first piece of each compression unit */
+	size_t ncunits, next_cunit, next_emit;
+	struct cres *ready;    /* [ncunits] */
+	uint8_t *pending;      /* compressed bytes not yet in a part */
+	size_t pending_len;
+	bool pending_digested; /* pending is one unit's output: its digests hold */
+	uint8_t pending_md5[16], pending_sha256[32];
+	uint64_t z_total;
+	uint32_t parts_emitted;
+	bool final_emitted;
 };
 
 struct upload_id_entry {
@@ -107,6 +131,11 @@ struct unit {
 	uint8_t *buf;
 	uint8_t md5[16], sha256[32];
 	int err;
+	/* a compression unit: pieces [first, last) of o, compressed into buf */
+	bool compress;
+	size_t cunit, first, last;
+	int level;
+	bool digest_only;      /* buf is given: only compute its digests */
 };
 
 struct uploader {
@@ -310,6 +339,12 @@ static void task_reset(struct task *t)
 		free(o->old_etags);
 		free(o->old_sizes);
 		free(o->upload_id);
+		for (size_t c = 0; o->ready && c < o->ncunits; c++)
+			free(o->ready[c].buf);
+		free(o->ready);
+		free(o->pieces);
+		free(o->cunit_first);
+		free(o->pending);
 	}
 	free(t->objs);
 	t->objs = NULL;
@@ -810,6 +845,34 @@ static void delete_step(struct task *t)
 enum { UP_OPEN = 0, UP_LIST, UP_LIST_UPLOADS, UP_OBJECTS, UP_MANIFEST, UP_LATEST, UP_CLEANUP_LIST,
        UP_CLEANUP_ABORT, UP_DONE };
 
+/* Pieces and compression units of a shard that goes compressed. */
+static int compress_plan(struct uploader *u, struct obj *o, const struct ckpt_table *table,
+			 uint64_t chunk_bytes)
+{
+	uint64_t unit_bytes = u->d->cfg->s3_part_bytes, acc = 0;
+	int r = zshard_plan(table, o->size, chunk_bytes, 1, &o->pieces, &o->npieces);
+
+	if (r < 0)
+		return r;
+	o->compress = true;
+	o->cunit_first = calloc(o->npieces + 1, sizeof(size_t));
+	if (!o->cunit_first)
+		return -ENOMEM;
+	for (size_t i = 0; i < o->npieces; i++) {
+		if (i == 0 || acc + o->pieces[i].raw_len > unit_bytes) {
+			o->cunit_first[o->ncunits++] = i;
+			acc = 0;
+		}
+		acc += o->pieces[i].raw_len;
+	}
+	o->cunit_first[o->ncunits] = o->npieces;
+	o->ready = calloc(o->ncunits ? o->ncunits : 1, sizeof(*o->ready));
+	/* At most a part per unit, and one more for a footer alone. */
+	o->nparts = (uint32_t)o->ncunits + 1;
+	o->etags = calloc(o->nparts, sizeof(char *));
+	return o->ready && o->etags ? 0 : -ENOMEM;
+}
+
 static int upload_open(struct task *t)
 {
 	struct uploader *u = t->u;
@@ -841,18 +904,35 @@ static int upload_open(struct task *t)
 		return -ENOMEM;
 	}
 	t->n_objs = 2 * (size_t)m.world_size;
-	for (uint32_t i = 0; i < m.world_size; i++) {
+	bool compress = u->d->cfg->s3_compress != 0;
+	for (uint32_t i = 0; i < m.world_size && r == 0; i++) {
 		struct obj *s = &t->objs[i], *x = &t->objs[m.world_size + i];
 		ckpt_shard_filename(s->name, sizeof(s->name), i);
 		ckpt_index_filename(x->name, sizeof(x->name), i);
+		snprintf(s->key_name, sizeof(s->key_name), "%s%s", s->name, compress ? ZSHARD_SUFFIX : "");
+		snprintf(x->key_name, sizeof(x->key_name), "%s", x->name);
 		s->size = m.ranks[i].shard_bytes;
 		x->size = m.ranks[i].index_bytes;
 		s->s3_size = x->s3_size = UINT64_MAX;
 		t->bytes_total += s->size + x->size;
+		if (compress)
+			r = compress_plan(u, s, &m.ranks[i].table, m.chunk_bytes);
+	}
+	if (r == 0 && compress) {
+		/* The S3 manifest says how its shards are stored. */
+		char *json = NULL;
+		size_t len = 0;
+		snprintf(m.s3_encoding, sizeof(m.s3_encoding), "%s", ZSHARD_ENCODING);
+		r = ckpt_manifest_encode(&m, &json, &len);
+		if (r == 0) {
+			free(t->manifest);
+			t->manifest = json;
+			t->manifest_len = len;
+		}
 	}
 	t->bytes_total += t->manifest_len;
 	ckpt_manifest_free(&m);
-	return 0;
+	return r;
 }
 
 static struct obj *obj_by_key(struct task *t, const char *key)
@@ -862,7 +942,7 @@ static struct obj *obj_by_key(struct task *t, const char *key)
 	if (key_step(t->u, t->job->name, key, &rest) != t->step)
 		return NULL;
 	for (size_t i = 0; i < t->n_objs; i++)
-		if (!strcmp(t->objs[i].name, rest))
+		if (!strcmp(t->objs[i].key_name, rest))
 			return &t->objs[i];
 	return NULL;
 }
@@ -909,39 +989,76 @@ static void up_uploads_done(const struct s3_result *res, void *arg)
 	task_op_done(t);
 }
 
-/* Worker thread: read the unit's bytes and digest them. */
+static int read_exact(int fd, void *buf, uint64_t len, uint64_t off)
+{
+	for (uint64_t done = 0; done < len;) {
+		ssize_t n = pread(fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n < 0 ? -errno : -ENODATA;
+		done += (uint64_t)n;
+	}
+	return 0;
+}
+
+/* Worker thread: compress pieces [first, last) of the shard into w->buf. */
+static void unit_compress_run(struct unit *w)
+{
+	struct obj *o = w->o;
+	size_t cap = 0, maxraw = 0;
+
+	for (size_t i = w->first; i < w->last; i++) {
+		cap += zshard_bound(o->pieces[i].raw_len);
+		if (o->pieces[i].raw_len > maxraw)
+			maxraw = o->pieces[i].raw_len;
+	}
+	uint8_t *raw = malloc(maxraw ? maxraw : 1), *tmp = malloc(maxraw ? maxraw : 1);
+	w->buf = malloc(cap ? cap : 1);
+	int fd = openat(w->t->stepfd, o->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (!raw || !tmp || !w->buf)
+		w->err = -ENOMEM;
+	else if (fd < 0)
+		w->err = -errno;
+	w->len = 0;
+	for (size_t i = w->first; i < w->last && !w->err; i++) {
+		struct zpiece *p = &o->pieces[i];
+		w->err = read_exact(fd, raw, p->raw_len, p->raw_offset);
+		if (!w->err)
+			w->err = zshard_compress(p, raw, tmp, w->buf + w->len, cap - w->len, w->level);
+		if (!w->err)
+			w->len += p->z_len;
+	}
+	if (fd >= 0)
+		close(fd);
+	free(raw);
+	free(tmp);
+}
+
+/* Worker thread: read the unit's bytes (or compress them) and digest them. */
 static void unit_read_run(void *arg)
 {
 	struct unit *w = arg;
-	int fd = -1;
 
-	w->buf = malloc(w->len ? w->len : 1);
-	if (!w->buf) {
-		w->err = -ENOMEM;
-		return;
-	}
-	if (w->o) {
-		fd = openat(w->t->stepfd, w->o->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (w->compress) {
+		unit_compress_run(w);
+	} else if (!w->digest_only) {
+		w->buf = malloc(w->len ? w->len : 1);
+		if (!w->buf) {
+			w->err = -ENOMEM;
+			return;
+		}
+		int fd = openat(w->t->stepfd, w->o->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0) {
 			w->err = -errno;
 			return;
 		}
-		for (uint64_t done = 0; done < w->len;) {
-			ssize_t n = pread(fd, w->buf + done, w->len - done, (off_t)(w->off + done));
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				w->err = n < 0 ? -errno : -ENODATA;
-				close(fd);
-				return;
-			}
-			done += (uint64_t)n;
-		}
+		w->err = read_exact(fd, w->buf, w->len, w->off);
 		close(fd);
 	}
 	unsigned int len;
-	if (!EVP_Digest(w->buf, w->len, w->md5, &len, EVP_md5(), NULL) ||
-	    !EVP_Digest(w->buf, w->len, w->sha256, &len, EVP_sha256(), NULL))
+	if (!w->err && (!EVP_Digest(w->buf, w->len, w->md5, &len, EVP_md5(), NULL) ||
+			!EVP_Digest(w->buf, w->len, w->sha256, &len, EVP_sha256(), NULL)))
 		w->err = -EIO;
 }
 
@@ -961,7 +1078,7 @@ static void unit_sent(const struct s3_result *res, void *arg)
 	u->units--;
 	if (res->err) {
 		char key[KEY_MAX + 64];
-		step_key(u, t->job->name, t->step, w->o->name, key, sizeof(key));
+		step_key(u, t->job->name, t->step, w->o->key_name, key, sizeof(key));
 		task_fail(t, res->err, "%s", res->error[0] ? res->error : key);
 	} else if (!u->closing) {
 		t->bytes_sent += w->len;
@@ -977,31 +1094,15 @@ static void unit_sent(const struct s3_result *res, void *arg)
 	task_op_done(t);
 }
 
-/* Loop thread: the bytes are read; send them (or find them already sent). */
-static void unit_read_done(void *arg)
+/* Loop thread: the unit's bytes are ready; send them (or find them sent). */
+static void unit_send(struct unit *w)
 {
-	struct unit *w = arg;
 	struct task *t = w->t;
 	struct uploader *u = t->u;
 	char key[KEY_MAX + 64];
 	int r;
 
-	if (u->closing) {
-		u->units--;
-		t->ops--;
-		unit_free(w);
-		return;
-	}
-	if (w->err || t->err) {
-		if (w->err)
-			task_fail(t, w->err, "reading %s of step %" PRIu64 ": %s", w->o->name, t->step,
-				  strerror(-w->err));
-		u->units--;
-		unit_free(w);
-		task_op_done(t);
-		return;
-	}
-	step_key(u, t->job->name, t->step, w->o->name, key, sizeof(key));
+	step_key(u, t->job->name, t->step, w->o->key_name, key, sizeof(key));
 	struct s3_source src = { .buf = w->buf, .fd = -1, .len = w->len, .sha256 = w->sha256,
 				 .md5 = w->md5 };
 	if (w->part) {
@@ -1039,6 +1140,157 @@ static void unit_read_done(void *arg)
 	/* else: t->ops carries over from the read to the send */
 }
 
+static void unit_read_done(void *arg);
+
+/* Make the next part of a compressed object from buf (taken). */
+static void emit_part(struct task *t, struct obj *o, uint8_t *buf, size_t len, bool digested,
+		      const uint8_t *md5, const uint8_t *sha256)
+{
+	struct uploader *u = t->u;
+	struct unit *w = calloc(1, sizeof(*w));
+
+	if (!w || o->parts_emitted >= o->nparts) {
+		free(w);
+		free(buf);
+		task_fail(t, w ? -EFBIG : -ENOMEM, "%s: more parts than planned", o->key_name);
+		return;
+	}
+	w->t = t;
+	w->o = o;
+	w->part = ++o->parts_emitted;
+	w->buf = buf;
+	w->len = len;
+	u->units++;
+	t->ops++;
+	if (digested) {
+		memcpy(w->md5, md5, sizeof(w->md5));
+		memcpy(w->sha256, sha256, sizeof(w->sha256));
+		unit_send(w);
+		return;
+	}
+	w->digest_only = true;
+	int r = workers_submit(u->d->workers, unit_read_run, unit_read_done, w);
+	if (r < 0) {
+		u->units--;
+		t->ops--;
+		unit_free(w);
+		task_fail(t, r, "%s: %s", o->key_name, strerror(-r));
+	}
+}
+
+static int pending_append(struct obj *o, uint8_t *buf, size_t len)
+{
+	uint8_t *p = realloc(o->pending, o->pending_len + len);
+
+	if (!p)
+		return -ENOMEM;
+	memcpy(p + o->pending_len, buf, len);
+	o->pending = p;
+	o->pending_len += len;
+	return 0;
+}
+
+/*
+ * Compressed units finish in any order; parts are made in order: each
+ * unit's frames join the pending bytes, which go out as a part once there
+ * are S3's minimum part size of them. The last part carries the table and
+ * trailer.
+ */
+static void compress_emit(struct task *t, struct obj *o)
+{
+	while (!t->err && o->next_emit < o->ncunits && o->ready[o->next_emit].buf) {
+		struct cres *c = &o->ready[o->next_emit];
+		for (size_t i = o->cunit_first[o->next_emit]; i < o->cunit_first[o->next_emit + 1]; i++) {
+			o->pieces[i].z_offset = o->z_total;
+			o->z_total += o->pieces[i].z_len;
+		}
+		if (!o->pending) {
+			o->pending = c->buf;
+			o->pending_len = c->len;
+			o->pending_digested = true;
+			memcpy(o->pending_md5, c->md5, sizeof(c->md5));
+			memcpy(o->pending_sha256, c->sha256, sizeof(c->sha256));
+		} else {
+			int r = pending_append(o, c->buf, c->len);
+			free(c->buf);
+			o->pending_digested = false;
+			if (r < 0) {
+				c->buf = NULL;
+				task_fail(t, r, "out of memory");
+				return;
+			}
+		}
+		c->buf = NULL;
+		o->next_emit++;
+		if (o->next_emit < o->ncunits && o->pending_len < S3_PART_MIN)
+			continue;
+		if (o->next_emit == o->ncunits)
+			break; /* the last part gets the footer below */
+		emit_part(t, o, o->pending, o->pending_len, o->pending_digested, o->pending_md5,
+			  o->pending_sha256);
+		o->pending = NULL;
+		o->pending_len = 0;
+	}
+	if (!t->err && o->next_emit == o->ncunits && !o->final_emitted) {
+		size_t fb = zshard_footer_bytes(o->npieces);
+		uint8_t *footer = malloc(fb);
+		if (!footer) {
+			task_fail(t, -ENOMEM, "out of memory");
+			return;
+		}
+		zshard_footer_encode(o->pieces, o->npieces, o->size, footer);
+		int r = pending_append(o, footer, fb);
+		free(footer);
+		if (r < 0) {
+			task_fail(t, r, "out of memory");
+			return;
+		}
+		o->final_emitted = true;
+		emit_part(t, o, o->pending, o->pending_len, false, NULL, NULL);
+		o->pending = NULL;
+		o->pending_len = 0;
+	}
+}
+
+/* Loop thread: a unit's bytes are read, compressed or digested. */
+static void unit_read_done(void *arg)
+{
+	struct unit *w = arg;
+	struct task *t = w->t;
+	struct uploader *u = t->u;
+
+	if (u->closing) {
+		u->units--;
+		t->ops--;
+		unit_free(w);
+		return;
+	}
+	if (w->err || t->err) {
+		if (w->err)
+			task_fail(t, w->err, "%s %s of step %" PRIu64 ": %s",
+				  w->compress ? "compressing" : "reading", w->o->name, t->step,
+				  strerror(-w->err));
+		u->units--;
+		unit_free(w);
+		task_op_done(t);
+		return;
+	}
+	if (w->compress) {
+		struct cres *c = &w->o->ready[w->cunit];
+		c->buf = w->buf;
+		c->len = w->len;
+		memcpy(c->md5, w->md5, sizeof(c->md5));
+		memcpy(c->sha256, w->sha256, sizeof(c->sha256));
+		w->buf = NULL;
+		u->units--;
+		compress_emit(t, w->o);
+		unit_free(w);
+		task_op_done(t);
+		return;
+	}
+	unit_send(w);
+}
+
 static int unit_start(struct task *t, struct obj *o, uint32_t part)
 {
 	struct uploader *u = t->u;
@@ -1055,6 +1307,31 @@ static int unit_start(struct task *t, struct obj *o, uint32_t part)
 	} else {
 		w->len = o->size;
 	}
+	int r = workers_submit(u->d->workers, unit_read_run, unit_read_done, w);
+	if (r < 0) {
+		free(w);
+		return r;
+	}
+	u->units++;
+	t->ops++;
+	return 0;
+}
+
+/* Compress unit `c` of o on a worker. */
+static int cunit_start(struct task *t, struct obj *o, size_t c)
+{
+	struct uploader *u = t->u;
+	struct unit *w = calloc(1, sizeof(*w));
+
+	if (!w)
+		return -ENOMEM;
+	w->t = t;
+	w->o = o;
+	w->compress = true;
+	w->cunit = c;
+	w->first = o->cunit_first[c];
+	w->last = o->cunit_first[c + 1];
+	w->level = (int)u->d->cfg->s3_compress_level;
 	int r = workers_submit(u->d->workers, unit_read_run, unit_read_done, w);
 	if (r < 0) {
 		free(w);
@@ -1154,7 +1431,7 @@ static void mp_parts_listed(const struct s3_result *res, void *arg)
 	if (more) {
 		struct s3_list_args a = { .marker = t->marker };
 		char key[KEY_MAX + 64];
-		step_key(t->u, t->job->name, t->step, o->name, key, sizeof(key));
+		step_key(t->u, t->job->name, t->step, o->key_name, key, sizeof(key));
 		if (s3_list_parts(t->u->c, t->u->url.bucket, key, o->upload_id, &a,
 				  mp_parts_listed, op) == 0)
 			return; /* op and t->ops carry over */
@@ -1194,15 +1471,17 @@ static bool upload_schedule(struct task *t)
 		if (o->state == OBJ_DONE)
 			continue;
 		all_done = false;
-		step_key(u, t->job->name, t->step, o->name, key, sizeof(key));
+		step_key(u, t->job->name, t->step, o->key_name, key, sizeof(key));
 		if (o->state == OBJ_TODO) {
-			if (o->s3_size == o->size) {
+			if (o->compress ? o->s3_size != UINT64_MAX : o->s3_size == o->size) {
 				/* Objects appear whole or not at all: this one
 				 * was sent before. */
 				o->state = OBJ_DONE;
 				continue;
 			}
-			if (o->size <= cfg->s3_part_bytes) {
+			/* A compressed shard's size is known only at its end:
+			 * always a multipart upload (one part is fine). */
+			if (o->size <= cfg->s3_part_bytes && !o->compress) {
 				if (u->units >= cfg->s3_parallel)
 					break;
 				r = unit_start(t, o, 0);
@@ -1231,7 +1510,21 @@ static bool upload_schedule(struct task *t)
 		}
 		if (o->state != OBJ_PARTS)
 			continue;
-		while (o->next_part < o->nparts && u->units < cfg->s3_parallel) {
+		if (o->compress) {
+			while (o->next_cunit < o->ncunits && u->units < cfg->s3_parallel) {
+				r = cunit_start(t, o, o->next_cunit);
+				if (r < 0)
+					break;
+				o->next_cunit++;
+			}
+			if (r < 0)
+				break;
+			if (o->ncunits == 0 && !o->final_emitted)
+				compress_emit(t, o); /* an empty shard: the footer alone */
+			if (!o->final_emitted || o->parts_done < o->parts_emitted)
+				continue;
+		}
+		while (!o->compress && o->next_part < o->nparts && u->units < cfg->s3_parallel) {
 			r = unit_start(t, o, o->next_part + 1);
 			if (r < 0)
 				break;
@@ -1239,20 +1532,21 @@ static bool upload_schedule(struct task *t)
 		}
 		if (r < 0)
 			break;
-		if (o->parts_done == o->nparts) {
-			struct s3_completed_part *parts = calloc(o->nparts, sizeof(*parts));
+		uint32_t nparts = o->compress ? o->parts_emitted : o->nparts;
+		if (o->parts_done == nparts) {
+			struct s3_completed_part *parts = calloc(nparts, sizeof(*parts));
 			if (!parts) {
 				r = -ENOMEM;
 				break;
 			}
-			for (uint32_t p = 0; p < o->nparts; p++) {
+			for (uint32_t p = 0; p < nparts; p++) {
 				parts[p].number = p + 1;
 				parts[p].etag = o->etags[p] ? o->etags[p] : "";
 				log_debug("s3", "complete key=%s part=%u etag=%s", key, p + 1, parts[p].etag);
 			}
 			if ((r = obj_op(t, o, &op)) == 0) {
 				r = s3_complete_multipart(u->c, u->url.bucket, key, o->upload_id, parts,
-							  o->nparts, mp_completed, op);
+							  nparts, mp_completed, op);
 				if (r < 0)
 					free(op);
 			}

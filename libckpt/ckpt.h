@@ -192,7 +192,9 @@ CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len
 /*
  * Hand the save to ckptd. Returns once ckptd has accepted it (the data is
  * already in shared memory): the outcome comes later, see ckpt_poll().
- * The handle is consumed whatever the result.
+ * The handle is consumed whatever the result. An accepted save's stall
+ * (ckpt_save_begin() .. this call) is reported to ckptd for its metrics
+ * when ckptd takes such reports (PROTOCOL.md, STALL).
  */
 CKPT_EXPORT int ckpt_save_finish(ckpt_save *save);
 

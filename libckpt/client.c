@@ -351,6 +351,8 @@ static void ctx_install(ckpt_ctx *ctx, struct conn *c, uint8_t *slots)
 	ctx->chunk_bytes = c->ok.chunk_bytes;
 	ctx->skip_policy = (c->ok.flags & CKPT_HELLO_F_SKIP_POLICY) != 0;
 	ctx->hello_latest = c->ok.latest_step;
+	/* Only this connection's notice may enable optional messages. */
+	ctx->features = 0;
 	ctx->generation++;
 	ctx->next_seq = 2; /* 1 was the HELLO */
 }
@@ -531,7 +533,13 @@ static int ctx_dispatch(ckpt_ctx *ctx, const struct ckpt_msg *m, uint32_t seq,
 		return 1;
 	}
 	if (m->seq == 0 && m->type == CKPT_MSG_STATUS) {
-		ctx_apply_status(ctx, &m->u.status);
+		/* ckptd's features notice (PROTOCOL.md, Semantics 10); to
+		 * ctx_apply_status it would be a no-op, as it is to older
+		 * releases of this library. */
+		if (ckpt_msg_is_features_notice(m))
+			ctx->features = ckpt_features_parse(m->u.status.reason);
+		else
+			ctx_apply_status(ctx, &m->u.status);
 		return 0;
 	}
 	if (m->seq == 0 && m->type == CKPT_MSG_ERROR) {

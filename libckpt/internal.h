@@ -64,6 +64,7 @@ struct ckpt_ctx {
 	uint32_t chunk_bytes;
 	bool skip_policy;
 	uint64_t hello_latest; /* HELLO_OK.latest_step */
+	uint32_t features;     /* CKPT_FEATURE_* of ckptd's notice on this connection */
 	uint8_t *slots;        /* enum slot_owner per slot */
 
 	/* Steps must increase across the context's life. */
@@ -79,6 +80,7 @@ struct ckpt_ctx {
 
 struct ckpt_save {
 	ckpt_ctx *ctx;
+	int64_t begin_ns;     /* CLOCK_MONOTONIC on entering ckpt_save_begin */
 	struct ckpt_arena *arena;
 	uint64_t generation;
 	uint64_t step;

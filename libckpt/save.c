@@ -2,14 +2,24 @@
 /*
  * Saving: take a slot, lay the extents out in it (each at a CKPT_ALIGN
  * offset, padding zeroed), put the tensor table after them and hand the
- * slot to ckptd with SAVE.
+ * slot to ckptd with SAVE. Where ckptd accepts it, tell it afterwards how
+ * long the save stalled the rank (STALL).
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
+
+static int64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
 
 /* Whether a handle still refers to the live connection's arena. */
 static bool save_is_live(const ckpt_save *save)
@@ -58,6 +68,9 @@ static int save_skip(ckpt_ctx *ctx, uint64_t step)
 
 CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 {
+	/* The stall starts here: taking the lock and waiting for a slot are
+	 * part of it. */
+	int64_t begin_ns = monotonic_ns();
 	bool reconnected = false;
 	ckpt_save *save = NULL;
 	int r, slot;
@@ -106,6 +119,7 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 		goto out;
 	}
 	save->ctx = ctx;
+	save->begin_ns = begin_ns;
 	save->arena = ctx->arena;
 	save->arena->refs++;
 	save->generation = ctx->generation;
@@ -243,6 +257,28 @@ CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len
 	return 0;
 }
 
+/*
+ * Tell ckptd how long the accepted save of `step` stalled the rank, if this
+ * connection's ckptd said it takes STALL (an older one would drop us for an
+ * unknown message). Fire and forget: no reply comes, and a failure to send
+ * does not undo the save. ctx->lock held.
+ */
+static void save_report_stall(ckpt_ctx *ctx, const ckpt_save *save)
+{
+	struct ckpt_msg m = { .type = CKPT_MSG_STALL };
+	int64_t ns = monotonic_ns() - save->begin_ns;
+
+	if (!(ctx->features & CKPT_FEATURE_STALL) || ctx->fd < 0)
+		return;
+	m.u.stall.step = save->step;
+	m.u.stall.seconds = ns > 0 ? (double)ns / 1e9 : 0.0;
+	/* A handle held open for a day is no save stall worth a metric (and
+	 * the message could not carry it). */
+	if (m.u.stall.seconds >= CKPT_STALL_MAX_SECONDS)
+		return;
+	(void)ctx_send(ctx, &m);
+}
+
 CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 {
 	struct ckpt_table view;
@@ -325,6 +361,7 @@ CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 	snprintf(reason, sizeof(reason), "rank %u step %llu: accepted by ckptd", ctx->hello.rank,
 		 (unsigned long long)save->step);
 	ctx_record(ctx, save->step, CKPT_STATE_PENDING, 0, reason);
+	save_report_stall(ctx, save);
 	r = 0;
 release:
 	save_release(save);

@@ -181,6 +181,8 @@ int ckpt_manifest_encode(const struct ckpt_manifest *m, char **out, size_t *len)
 	    set_new(root, "created_unix_ns", json_integer(m->created_unix_ns)) < 0 ||
 	    set_new(root, "created", json_string(created)) < 0)
 		goto out;
+	if (m->s3_encoding[0] && set_new(root, "s3_encoding", json_string(m->s3_encoding)) < 0)
+		goto out;
 	if (json_object_set_new(root, "ranks", ranks) < 0) {
 		ranks = NULL;
 		goto out;
@@ -469,6 +471,15 @@ static int parse_root(struct perr *e, json_t *root, struct ckpt_manifest *m)
 	j = json_object_get(root, "created");
 	if (j && !json_is_string(j))
 		return fail(e, "created: not a string");
+	j = json_object_get(root, "s3_encoding");
+	if (j) {
+		if ((ret = get_string(e, "", root, "s3_encoding", &s, &n)) < 0)
+			return ret;
+		if (n < 1 || n >= sizeof(m->s3_encoding) || strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789-") != n)
+			return fail(e, "s3_encoding: not 1..15 of [a-z0-9-]");
+		memcpy(m->s3_encoding, s, n);
+		m->s3_encoding[n] = '\0';
+	}
 
 	ranks = json_object_get(root, "ranks");
 	if (!json_is_array(ranks))

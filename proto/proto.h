@@ -129,6 +129,7 @@ enum ckpt_msg_type {
 	CKPT_MSG_RELEASE = 12,    /* c->d: restore slot no longer needed */
 	CKPT_MSG_ERROR = 13,      /* d->c */
 	CKPT_MSG_BYE = 14,        /* c->d */
+	CKPT_MSG_STALL = 15,      /* c->d: a save's stall; only if the features notice says "stall" */
 };
 
 #define CKPT_HELLO_F_SKIP_POLICY 1u   /* HELLO_OK.flags: backpressure is "skip" */
@@ -215,6 +216,15 @@ struct ckpt_msg_error {
 	char message[CKPT_REASON_MAX + 1];
 };
 
+/* A STALL's seconds must be below this (one day): a longer "stall" is a
+ * broken clock or a hostile peer, not a save. */
+#define CKPT_STALL_MAX_SECONDS 86400.0
+
+struct ckpt_msg_stall {
+	uint64_t step;   /* the SAVE this stall belongs to */
+	double seconds;  /* ckpt_save_begin .. ckpt_save_finish on the rank; finite, >= +0, < max */
+};
+
 struct ckpt_msg {
 	uint32_t type;  /* enum ckpt_msg_type */
 	uint32_t seq;   /* echoed in the reply */
@@ -230,6 +240,7 @@ struct ckpt_msg {
 		struct ckpt_msg_restore_ok restore_ok;
 		struct ckpt_msg_release release;
 		struct ckpt_msg_error error;
+		struct ckpt_msg_stall stall;
 	} u;                 /* LIST and BYE have no body */
 };
 
@@ -241,6 +252,25 @@ int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out);
 /* How many fds a message of this type must carry (1 for HELLO_OK, else 0). */
 unsigned ckpt_msg_fd_count(uint32_t type);
 const char *ckpt_msg_type_name(uint32_t type);
+
+/*
+ * Optional messages within version 1 (PROTOCOL.md, "Extensions within
+ * version 1"): right after HELLO_OK ckptd sends a features notice, an
+ * unsolicited STATUS about CKPT_NO_STEP whose reason lists tokens. Older
+ * clients ignore it; a client sends an optional message only on a
+ * connection whose notice named it.
+ */
+#define CKPT_FEATURE_STALL 1u   /* token "stall": the client may send STALL */
+#define CKPT_FEATURES_KNOWN CKPT_FEATURE_STALL
+
+/* Fill *m with the notice for `features` (bits not known are left out). */
+void ckpt_msg_features_notice(struct ckpt_msg *m, uint32_t features);
+/* Whether m is a features notice (a STATUS with seq 0, CKPT_NO_STEP,
+ * UNKNOWN, error 0, CKPT_NO_SLOT). */
+bool ckpt_msg_is_features_notice(const struct ckpt_msg *m);
+/* The known features a notice's token list names; unknown or malformed
+ * tokens are skipped. */
+uint32_t ckpt_features_parse(const char *tokens);
 
 /* ---- Rank index (rank-R.index) ----------------------------------------- */
 
@@ -291,6 +321,10 @@ struct ckpt_manifest {
 	uint32_t chunk_bytes;
 	int64_t created_unix_ns;
 	struct ckpt_manifest_rank *ranks; /* world_size entries, ranks[i].rank == i */
+	/* "" (shards stored as they are), or how the S3 copy stores them
+	 * ("zstd": FORMAT.md, "Compressed shard objects"). Only the manifest
+	 * object on S3 carries it; 1..15 of [a-z0-9-]. */
+	char s3_encoding[16];
 };
 
 /* Serialise to JSON (*out, NUL-terminated, free() it; *len without NUL),

@@ -5,6 +5,7 @@
  * side accepts.
  */
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 
 #include "internal.h"
@@ -74,6 +75,31 @@ static bool extents_valid(uint64_t data_bytes, uint64_t table_offset,
 			return false;
 	}
 	return true;
+}
+
+/* f64 on the wire: the IEEE 754 bits as a u64. */
+static void wr_f64(struct wr *w, double v)
+{
+	uint64_t bits;
+
+	memcpy(&bits, &v, sizeof(bits));
+	wr_u64(w, bits);
+}
+
+static double rd_f64(struct rd *r)
+{
+	uint64_t bits = rd_u64(r);
+	double v;
+
+	memcpy(&v, &bits, sizeof(v));
+	return v;
+}
+
+/* NaN fails both comparisons; infinities fail the bound; -0.0 is refused
+ * so that every accepted value has one encoding. */
+static bool stall_seconds_valid(double v)
+{
+	return v >= 0.0 && v < CKPT_STALL_MAX_SECONDS && !signbit(v);
 }
 
 static int encode_body(const struct ckpt_msg *m, struct wr *w)
@@ -167,6 +193,10 @@ static int encode_body(const struct ckpt_msg *m, struct wr *w)
 	case CKPT_MSG_ERROR:
 		wr_u32(w, (uint32_t)m->u.error.code);
 		wr_str(w, m->u.error.message, REASON_MAX);
+		break;
+	case CKPT_MSG_STALL:
+		wr_u64(w, m->u.stall.step);
+		wr_f64(w, m->u.stall.seconds);
 		break;
 	default:
 		return -EINVAL;
@@ -320,6 +350,11 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 		out->u.error.code = (int32_t)rd_u32(r);
 		rd_str(r, out->u.error.message, REASON_MAX);
 		return r->ok && out->u.error.code < 0;
+	case CKPT_MSG_STALL:
+		out->u.stall.step = rd_u64(r);
+		out->u.stall.seconds = rd_f64(r);
+		return r->ok && out->u.stall.step != CKPT_NO_STEP &&
+		       stall_seconds_valid(out->u.stall.seconds);
 	default:
 		return false;
 	}
@@ -378,9 +413,85 @@ const char *ckpt_msg_type_name(uint32_t type)
 		[CKPT_MSG_RELEASE] = "RELEASE",
 		[CKPT_MSG_ERROR] = "ERROR",
 		[CKPT_MSG_BYE] = "BYE",
+		[CKPT_MSG_STALL] = "STALL",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
 		return names[type];
 	return "UNKNOWN";
+}
+
+/* ---- Features notice (PROTOCOL.md, "Extensions within version 1") ---- */
+
+static const struct {
+	uint32_t bit;
+	const char *token;
+} feature_tokens[] = {
+	{ CKPT_FEATURE_STALL, "stall" },
+};
+#define FEATURE_TOKEN_MAX 32
+
+void ckpt_msg_features_notice(struct ckpt_msg *m, uint32_t features)
+{
+	size_t len = 0;
+
+	memset(m, 0, sizeof(*m));
+	m->type = CKPT_MSG_STATUS;
+	m->seq = 0;
+	m->u.status.step = CKPT_NO_STEP;
+	m->u.status.state = CKPT_STATE_UNKNOWN;
+	m->u.status.error = 0;
+	m->u.status.slot_freed = CKPT_NO_SLOT;
+	for (size_t i = 0; i < sizeof(feature_tokens) / sizeof(feature_tokens[0]); i++) {
+		size_t n = strlen(feature_tokens[i].token);
+
+		if (!(features & feature_tokens[i].bit))
+			continue;
+		if (len + (len ? 1 : 0) + n > CKPT_REASON_MAX)
+			break;
+		if (len)
+			m->u.status.reason[len++] = ' ';
+		memcpy(m->u.status.reason + len, feature_tokens[i].token, n);
+		len += n;
+	}
+	m->u.status.reason[len] = '\0';
+}
+
+bool ckpt_msg_is_features_notice(const struct ckpt_msg *m)
+{
+	return m && m->type == CKPT_MSG_STATUS && m->seq == 0 &&
+	       m->u.status.step == CKPT_NO_STEP && m->u.status.state == CKPT_STATE_UNKNOWN &&
+	       m->u.status.error == 0 && m->u.status.slot_freed == CKPT_NO_SLOT;
+}
+
+static bool token_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+uint32_t ckpt_features_parse(const char *tokens)
+{
+	uint32_t features = 0;
+	const char *p = tokens;
+
+	if (!p)
+		return 0;
+	while (*p) {
+		size_t n = 0;
+		bool ok = true;
+
+		while (p[n] && p[n] != ' ') {
+			ok &= token_char(p[n]);
+			n++;
+		}
+		if (ok && n >= 1 && n <= FEATURE_TOKEN_MAX)
+			for (size_t i = 0; i < sizeof(feature_tokens) / sizeof(feature_tokens[0]); i++)
+				if (strlen(feature_tokens[i].token) == n &&
+				    !memcmp(feature_tokens[i].token, p, n))
+					features |= feature_tokens[i].bit;
+		p += n;
+		while (*p == ' ')
+			p++;
+	}
+	return features;
 }

@@ -30,6 +30,7 @@
 
 #include "ckpt-build-config.h"
 #include "restore-source.h"
+#include "s3.h"
 #include "store.h"
 #include "toolutil.h"
 
@@ -413,7 +414,8 @@ out:
 static void usage_short(FILE *f)
 {
 	fprintf(f, "Usage: %s [--step N] [--exact] [--jobs N] [--force] [--quiet] "
-		   "[--no-progress] SOURCE DEST\nTry '%s --help' for more.\n", prog, prog);
+		   "[--no-progress]\n       [--endpoint-url URL] [--profile NAME] [--region R] "
+		   "SOURCE DEST\nTry '%s --help' for more.\n", prog, prog);
 }
 
 static void help(void)
@@ -447,7 +449,8 @@ static void help(void)
 "    or after '@' (ROOT/JOB@42), or an S3 location of a job uploaded by\n"
 "    ckptd or copied with 'aws s3 sync' (s3://BUCKET/PREFIX/JOB[@STEP]);\n"
 "    S3 credentials, region and endpoint come from the usual AWS\n"
-"    environment variables and shared config files.\n"
+"    environment variables and shared config files, unless the options\n"
+"    below say otherwise.\n"
 "\n"
 "OPTIONS\n"
 "    --step N       Restore step N (same as @N).\n"
@@ -457,6 +460,13 @@ static void help(void)
 "    --quiet, -q    Print only errors and warnings.\n"
 "    --no-progress  No progress bar. The bar (bytes done and total, MB/s,\n"
 "                   ETA) is drawn on stderr only when it is a terminal.\n"
+"    --endpoint-url URL\n"
+"                   The S3 endpoint (http://127.0.0.1:7480, https://...);\n"
+"                   default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, the\n"
+"                   profile's endpoint_url, else AWS.\n"
+"    --profile NAME The AWS profile for credentials and settings.\n"
+"    --region R     The S3 region (default: AWS_REGION, the profile's,\n"
+"                   else us-east-1).\n"
 "    --help, -h     This text.\n"
 "    --version, -V  The version.\n"
 "\n"
@@ -504,9 +514,13 @@ int main(int argc, char **argv)
 		{ "no-progress", no_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		{ "endpoint-url", required_argument, NULL, 'E' },
+		{ "profile", required_argument, NULL, 'F' },
+		{ "region", required_argument, NULL, 'R' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct opts o = { .progress = true, .jobs = 8 };
+	struct s3_settings s3set = { 0 };
 	int c;
 
 	while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
@@ -533,6 +547,24 @@ int main(int argc, char **argv)
 			o.jobs = (unsigned)v;
 			break;
 		}
+		case 'E':
+			if (strncmp(optarg, "http://", 7) != 0 && strncmp(optarg, "https://", 8) != 0) {
+				errmsg("--endpoint-url: '%s' is not an http:// or https:// URL", optarg);
+				return EXIT_USAGE;
+			}
+			s3set.endpoint_url = optarg;
+			break;
+		case 'F':
+		case 'R':
+			if (!*optarg) {
+				errmsg("--%s: empty value", c == 'F' ? "profile" : "region");
+				return EXIT_USAGE;
+			}
+			if (c == 'F')
+				s3set.profile = optarg;
+			else
+				s3set.region = optarg;
+			break;
 		case 'h': help(); return 0;
 		case 'V': printf("%s %s\n", prog, CKPT_VERSION); return 0;
 		default: usage_short(stderr); return EXIT_USAGE;
@@ -547,7 +579,7 @@ int main(int argc, char **argv)
 	struct restore_source *src = NULL;
 	uint64_t at_step = 0;
 	char why[600] = "";
-	int r = restore_source_open(source, &src, &at_step, why, sizeof(why));
+	int r = restore_source_open(source, &s3set, &src, &at_step, why, sizeof(why));
 	if (r < 0) {
 		errmsg("%s: %s", source, why[0] ? why : strerror(-r));
 		return r == -EINVAL ? EXIT_USAGE : EXIT_SOURCE;

@@ -8,6 +8,7 @@
  * destination file.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,18 +17,24 @@
 #include "restore-source.h"
 #include "s3.h"
 #include "store.h"
+#include "zshard.h"
 
 #define RANGES_IN_FLIGHT 4
 #define MANIFEST_MAX ((uint64_t)1 << 30)
 
-int restore_source_s3_open(const char *spec, struct restore_source **out,
-			   uint64_t *step, char *why, size_t whylen);
+int restore_source_s3_open(const char *spec, const struct s3_settings *s3,
+			   struct restore_source **out, uint64_t *step, char *why,
+			   size_t whylen);
 
 struct s3_source_ctx {
 	struct restore_source pub;
 	struct s3_config cfg;
 	char *bucket;
 	char *job_key;          /* "PREFIX/JOB" or "JOB" */
+	/* The step whose manifest was read last, and whether its shards are
+	 * compressed objects (set before any fetch of that step). */
+	uint64_t step;
+	bool zstd;
 };
 
 static void step_key(const struct s3_source_ctx *s, uint64_t step, const char *name,
@@ -45,36 +52,8 @@ static int s3_list_steps(struct restore_source *src, uint64_t **steps, size_t *n
 			 char *why, size_t whylen)
 {
 	struct s3_source_ctx *s = (struct s3_source_ctx *)src;
-	char prefix[1200], **keys = NULL;
-	uint64_t *sizes = NULL, *v = NULL;
-	size_t nk = 0, nv = 0;
 
-	snprintf(prefix, sizeof(prefix), "%s/step-", s->job_key);
-	int r = s3_sync_list(&s->cfg, s->bucket, prefix, &keys, &sizes, &nk, why, whylen);
-	if (r < 0)
-		return r;
-	v = calloc(nk ? nk : 1, sizeof(*v));
-	for (size_t i = 0; i < nk; i++) {
-		const char *k = keys[i] + strlen(s->job_key) + 1, *slash = strchr(k, '/');
-		char dname[32];
-		uint64_t st;
-		if (v && slash && (size_t)(slash - k) < sizeof(dname) &&
-		    !strcmp(slash + 1, CKPT_MANIFEST_NAME)) {
-			memcpy(dname, k, (size_t)(slash - k));
-			dname[slash - k] = '\0';
-			if (ckpt_step_dirname_parse(dname, &st) == 0)
-				v[nv++] = st;
-		}
-		free(keys[i]);
-	}
-	free(keys);
-	free(sizes);
-	if (!v)
-		return -ENOMEM;
-	/* Keys come sorted, and step names sort like their numbers. */
-	*steps = v;
-	*n = nv;
-	return 0;
+	return s3_sync_list_steps(&s->cfg, s->bucket, s->job_key, steps, n, why, whylen);
 }
 
 static int s3_read_manifest(struct restore_source *src, uint64_t step, char **buf,
@@ -88,6 +67,44 @@ static int s3_read_manifest(struct restore_source *src, uint64_t step, char **bu
 	if (r == -ENOENT)
 		snprintf(why, whylen, "s3://%s/%s: missing: the step is not committed on S3",
 			 s->bucket, key);
+	if (r < 0)
+		return r;
+	/* How the shards are stored there; the root gets the manifest without
+	 * that (FORMAT.md: only the S3 object carries s3_encoding). */
+	struct ckpt_manifest m = { 0 };
+	char w[200] = "";
+	r = ckpt_manifest_decode(*buf, *len, &m, w, sizeof(w));
+	if (r < 0) {
+		snprintf(why, whylen, "s3://%s/%s: %s", s->bucket, key, w);
+		goto fail;
+	}
+	s->step = step;
+	s->zstd = false;
+	if (m.s3_encoding[0]) {
+		if (strcmp(m.s3_encoding, ZSHARD_ENCODING) != 0) {
+			snprintf(why, whylen, "s3://%s/%s: shards stored as \"%s\", which this "
+				 "ckpt-restore cannot read", s->bucket, key, m.s3_encoding);
+			r = -EPROTONOSUPPORT;
+			ckpt_manifest_free(&m);
+			goto fail;
+		}
+		s->zstd = true;
+		m.s3_encoding[0] = '\0';
+		char *root = NULL;
+		size_t rlen = 0;
+		r = ckpt_manifest_encode(&m, &root, &rlen);
+		if (r == 0) {
+			free(*buf);
+			*buf = root;
+			*len = rlen;
+		}
+	}
+	ckpt_manifest_free(&m);
+	if (r == 0)
+		return 0;
+fail:
+	free(*buf);
+	*buf = NULL;
 	return r;
 }
 
@@ -98,6 +115,14 @@ static int s3_fetch(struct restore_source *src, uint64_t step, const char *name,
 	struct s3_source_ctx *s = (struct s3_source_ctx *)src;
 	char key[1200];
 
+	size_t nl = strlen(name);
+	if (s->zstd && s->step == step && nl > 6 && !strcmp(name + nl - 6, ".shard")) {
+		char zname[64];
+		snprintf(zname, sizeof(zname), "%s%s", name, ZSHARD_SUFFIX);
+		step_key(s, step, zname, key, sizeof(key));
+		return s3_sync_get_zshard(&s->cfg, s->bucket, key, bytes, dstfd, RANGES_IN_FLIGHT,
+					  progress, opaque, why, whylen);
+	}
 	step_key(s, step, name, key, sizeof(key));
 	return s3_sync_get_file(&s->cfg, s->bucket, key, bytes, dstfd, RANGES_IN_FLIGHT, progress,
 				opaque, why, whylen);
@@ -132,8 +157,9 @@ static bool parse_step(const char *t, uint64_t *out)
 	return true;
 }
 
-int restore_source_s3_open(const char *spec, struct restore_source **out,
-			   uint64_t *step, char *why, size_t whylen)
+int restore_source_s3_open(const char *spec, const struct s3_settings *s3,
+			   struct restore_source **out, uint64_t *step, char *why,
+			   size_t whylen)
 {
 	char buf[1200], err[400] = "";
 	struct s3_url url = { 0 };
@@ -171,7 +197,7 @@ int restore_source_s3_open(const char *spec, struct restore_source **out,
 		s3_url_free(&url);
 		return -ENOMEM;
 	}
-	r = s3_config_resolve(NULL, &s->cfg, err, sizeof(err));
+	r = s3_config_resolve(s3, &s->cfg, err, sizeof(err));
 	if (r < 0) {
 		snprintf(why, whylen, "S3 configuration: %s", err);
 		s3_url_free(&url);

@@ -22,8 +22,9 @@
 #define COPY_PIECE ((size_t)16 << 20)
 
 #ifdef CKPT_RESTORE_HAVE_S3
-int restore_source_s3_open(const char *spec, struct restore_source **out,
-			   uint64_t *step, char *why, size_t whylen);
+int restore_source_s3_open(const char *spec, const struct s3_settings *s3,
+			   struct restore_source **out, uint64_t *step, char *why,
+			   size_t whylen);
 #endif
 
 struct dir_source {
@@ -271,12 +272,13 @@ static int dir_open(const char *spec, struct restore_source **out, uint64_t *ste
 	return 0;
 }
 
-int restore_source_open(const char *spec, struct restore_source **out,
-			uint64_t *step, char *why, size_t whylen)
+int restore_source_open(const char *spec, const struct s3_settings *s3,
+			struct restore_source **out, uint64_t *step, char *why,
+			size_t whylen)
 {
 	if (strncmp(spec, "s3://", 5) == 0) {
 #ifdef CKPT_RESTORE_HAVE_S3
-		return restore_source_s3_open(spec, out, step, why, whylen);
+		return restore_source_s3_open(spec, s3, out, step, why, whylen);
 #else
 		snprintf(why, whylen, "this ckpt-restore was built without the S3 client");
 		return -ENOTSUP;

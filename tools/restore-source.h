@@ -30,12 +30,17 @@ struct restore_source {
 	void (*close)(struct restore_source *s);
 };
 
+struct s3_settings;
+
 /*
  * Open the source a command-line argument names. A step given in it
- * (ROOT/JOB/STEP, JOB@STEP) goes to *step (0: none). -EINVAL: the
- * argument is malformed (usage error); other errors: not found/unreadable.
+ * (ROOT/JOB/STEP, JOB@STEP) goes to *step (0: none). s3: settings from
+ * the command line for an S3 source (NULL: none; borrowed during the
+ * call). -EINVAL: the argument is malformed (usage error); other errors:
+ * not found/unreadable.
  */
-int restore_source_open(const char *spec, struct restore_source **out,
-			uint64_t *step, char *why, size_t whylen);
+int restore_source_open(const char *spec, const struct s3_settings *s3,
+			struct restore_source **out, uint64_t *step, char *why,
+			size_t whylen);
 
 #endif

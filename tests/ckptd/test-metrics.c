@@ -142,6 +142,46 @@ static void test_format(void)
 	free(t);
 }
 
+/* The save stall histogram (STALL reports): 100 us .. 60 s, 18 bounds. */
+static void test_stall_histogram(void)
+{
+	const char *h = "ckpt_save_stall_seconds_bucket{ckpt_job=\"j\",le=";
+	char key[256];
+	unsigned buckets = 0;
+
+	metrics_reset();
+	metrics_observe(M_SAVE_STALL_SECONDS, 0.00005, "j"); /* first bucket */
+	metrics_observe(M_SAVE_STALL_SECONDS, 0.0001, "j");  /* bounds inclusive */
+	metrics_observe(M_SAVE_STALL_SECONDS, 0.04, "j");    /* le=0.05 */
+	metrics_observe(M_SAVE_STALL_SECONDS, 59, "j");      /* le=60 */
+	metrics_observe(M_SAVE_STALL_SECONDS, 61, "j");      /* only +Inf */
+	metrics_add(M_SAVE_STALL_SECONDS_TOTAL, 0.5, "j");
+
+	char *t = render();
+	if (!t)
+		return;
+	CHECK(strstr(t, "# TYPE ckpt_save_stall_seconds histogram\n"));
+	CHECK(strstr(t, "# TYPE ckpt_save_stall_seconds_total counter\n"));
+	snprintf(key, sizeof(key), "%s\"0.0001\"}", h);
+	CHECK(line_value(t, key) == 2);
+	snprintf(key, sizeof(key), "%s\"0.025\"}", h);
+	CHECK(line_value(t, key) == 2);
+	snprintf(key, sizeof(key), "%s\"0.05\"}", h);
+	CHECK(line_value(t, key) == 3);
+	snprintf(key, sizeof(key), "%s\"30\"}", h);
+	CHECK(line_value(t, key) == 3);
+	snprintf(key, sizeof(key), "%s\"60\"}", h);
+	CHECK(line_value(t, key) == 4);
+	snprintf(key, sizeof(key), "%s\"+Inf\"}", h);
+	CHECK(line_value(t, key) == 5);
+	CHECK(line_value(t, "ckpt_save_stall_seconds_count{ckpt_job=\"j\"}") == 5);
+	CHECK(line_value(t, "ckpt_save_stall_seconds_total{ckpt_job=\"j\"}") == 0.5);
+	for (const char *p = strstr(t, h); p; p = strstr(p + 1, h))
+		buckets++;
+	CHECK(buckets == 19); /* 18 bounds and +Inf */
+	free(t);
+}
+
 static void test_series_limit(void)
 {
 	char name[32];
@@ -332,6 +372,7 @@ int main(void)
 	/* Only errors: the endpoint logs its address at info. */
 	ckptd_log_level = LOG_LEVEL_ERROR;
 	test_format();
+	test_stall_histogram();
 	test_series_limit();
 	test_threads();
 	test_listen_parse();

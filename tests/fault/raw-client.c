@@ -916,6 +916,156 @@ static void case_arena_size_wraps(const char *cs)
 	close(fd);
 }
 
+/* ---- STALL (PROTOCOL.md, "Extensions within version 1") ---------------- */
+
+#define F64_NAN 0x7ff8000000000000ull
+#define F64_INF 0x7ff0000000000000ull
+#define F64_MINUS_ONE 0xbff0000000000000ull
+#define F64_MINUS_ZERO 0x8000000000000000ull
+#define F64_ONE_DAY 0x40f5180000000000ull /* 86400.0 */
+#define F64_1E300 0x7e37e43c8800759cull
+#define F64_HALF 0x3fe0000000000000ull
+
+static void build_stall(struct buf *w, uint64_t step, uint64_t seconds_bits)
+{
+	begin_msg(w, CKPT_MSG_STALL, 8);
+	put64(w, step);
+	put64(w, seconds_bits);
+	finish_msg(w);
+}
+
+/* A valid SAVE of step 10 in slot 0, answered SAVE_OK. 0 or -1. */
+static int save_step_10(const char *cs, struct session *s)
+{
+	struct ckpt_msg m;
+	struct buf w;
+	size_t tb;
+	int r;
+
+	tb = good_table(s, 0, 10);
+	build_save(&w, 10, 0, 8192, 8192, tb);
+	send_raw(s->fd, w.b, w.n, -1);
+	do
+		r = recv_msg(s->fd, REPLY_TIMEOUT_MS, &m, NULL);
+	while (r == 1 && m.type == CKPT_MSG_STATUS);
+	if (r != 1 || m.type != CKPT_MSG_SAVE_OK) {
+		note(cs, "FAIL: a valid SAVE got %s", r == 1 ? ckpt_msg_type_name(m.type) : "nothing");
+		fail_count++;
+		return -1;
+	}
+	return 0;
+}
+
+/* After an accepted SAVE of step 10, a STALL of it that is malformed
+ * (its value, or its length) must be refused like any malformed input. */
+static void stall_after_save(const char *cs, uint64_t bits, bool trailing)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	if (save_step_10(cs, &s) < 0) {
+		session_close(&s);
+		return;
+	}
+	build_stall(&w, 10, bits);
+	if (trailing) {
+		put32(&w, 0);
+		finish_msg(&w);
+	}
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_stall_nan(const char *cs) { stall_after_save(cs, F64_NAN, false); }
+static void case_stall_inf(const char *cs) { stall_after_save(cs, F64_INF, false); }
+static void case_stall_negative(const char *cs) { stall_after_save(cs, F64_MINUS_ONE, false); }
+static void case_stall_minus_zero(const char *cs) { stall_after_save(cs, F64_MINUS_ZERO, false); }
+static void case_stall_one_day(const char *cs) { stall_after_save(cs, F64_ONE_DAY, false); }
+static void case_stall_huge(const char *cs) { stall_after_save(cs, F64_1E300, false); }
+static void case_stall_trailing(const char *cs) { stall_after_save(cs, F64_HALF, true); }
+
+static void case_stall_short(const char *cs)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_STALL, 8);
+	put64(&w, 10);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused(cs, s.fd);
+	session_close(&s);
+}
+
+static void case_stall_before_hello(const char *cs)
+{
+	struct buf w;
+
+	build_stall(&w, 10, F64_HALF);
+	send_first(cs, &w, -1);
+}
+
+/*
+ * Not malformed, so not refused: a well-formed STALL of a step this
+ * connection never saved (or a second one of a saved step) is ignored, and
+ * the connection keeps working. Also checks the features notice that must
+ * come right after HELLO_OK and announce "stall".
+ */
+static void case_stall_unknown_step_ignored(const char *cs)
+{
+	struct session s;
+	struct ckpt_msg m;
+	struct buf w;
+	int r;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	r = recv_msg(s.fd, REPLY_TIMEOUT_MS, &m, NULL);
+	if (r != 1 || !ckpt_msg_is_features_notice(&m) ||
+	    !(ckpt_features_parse(m.u.status.reason) & CKPT_FEATURE_STALL)) {
+		note(cs, "FAIL: no features notice naming stall after HELLO_OK");
+		fail_count++;
+		session_close(&s);
+		return;
+	}
+	build_stall(&w, 999, F64_HALF);
+	send_raw(s.fd, w.b, w.n, -1);
+	if (save_step_10(cs, &s) < 0) {
+		session_close(&s);
+		return;
+	}
+	build_stall(&w, 10, F64_HALF);
+	send_raw(s.fd, w.b, w.n, -1);
+	send_raw(s.fd, w.b, w.n, -1); /* again: ignored */
+	build_stall(&w, 11, F64_HALF);
+	send_raw(s.fd, w.b, w.n, -1);
+	begin_msg(&w, CKPT_MSG_LIST, 9);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	do
+		r = recv_msg(s.fd, REPLY_TIMEOUT_MS, &m, NULL);
+	while (r == 1 && m.type == CKPT_MSG_STATUS);
+	if (r != 1 || m.type != CKPT_MSG_LIST_OK || m.seq != 9) {
+		note(cs, "FAIL: after ignorable STALLs, LIST got %s",
+		     r == 1 ? ckpt_msg_type_name(m.type) : r == 0 ? "a close" : "nothing");
+		fail_count++;
+	} else {
+		note(cs, "ok: ignored, connection still serves");
+	}
+	session_close(&s);
+}
+
 struct test_case {
 	const char *name;
 	void (*fn)(const char *);
@@ -969,6 +1119,16 @@ static const struct test_case cases[] = {
 	{ "step-repeat-after-skip", case_step_repeat },
 	{ "release-not-held", case_release_not_held },
 	{ "trailing-bytes", case_trailing_bytes },
+	{ "stall-nan", case_stall_nan },
+	{ "stall-infinite", case_stall_inf },
+	{ "stall-negative", case_stall_negative },
+	{ "stall-minus-zero", case_stall_minus_zero },
+	{ "stall-one-day", case_stall_one_day },
+	{ "stall-huge", case_stall_huge },
+	{ "stall-trailing-bytes", case_stall_trailing },
+	{ "stall-short-body", case_stall_short },
+	{ "stall-before-hello", case_stall_before_hello },
+	{ "stall-unknown-step-ignored", case_stall_unknown_step_ignored },
 };
 
 int main(int argc, char **argv)

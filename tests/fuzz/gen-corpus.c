@@ -161,6 +161,38 @@ static void wire(void)
 	m.u.error.code = -CKPT_E_PROTOCOL;
 	strcpy(m.u.error.message, "message before HELLO");
 	put_msg("error", &m);
+
+	/* The optional STALL and the features notice that allows it. */
+	ckpt_msg_features_notice(&m, CKPT_FEATURES_KNOWN);
+	put_msg("features_notice", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_STALL;
+	m.seq = 5;
+	m.u.stall.step = 43;
+	m.u.stall.seconds = 0.0421;
+	put_msg("stall", &m);
+	{
+		/* Values the decoder refuses: NaN, -inf, negative, -0, a day. */
+		static const struct {
+			const char *name;
+			uint64_t bits;
+		} bad[] = {
+			{ "stall-nan", 0x7ff8000000000000ull },
+			{ "stall-minus-inf", 0xfff0000000000000ull },
+			{ "stall-negative", 0xbff0000000000000ull },
+			{ "stall-minus-zero", 0x8000000000000000ull },
+			{ "stall-one-day", 0x40f5180000000000ull },
+		};
+		uint8_t buf[CKPT_MSG_MAX_BYTES];
+		ssize_t n = ckpt_msg_encode(&m, buf, sizeof(buf));
+
+		for (size_t i = 0; n == 32 && i < sizeof(bad) / sizeof(bad[0]); i++) {
+			for (int k = 0; k < 8; k++)
+				buf[24 + k] = (uint8_t)(bad[i].bits >> (8 * k));
+			put("wire", bad[i].name, buf, (size_t)n);
+		}
+	}
 }
 
 static void table(void)

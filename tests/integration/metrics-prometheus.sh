@@ -4,8 +4,9 @@
 # a known sequence of saves: 3 committed, 1 failed (its step directory is
 # taken by a file), a burst under backpressure=skip (some committed, the
 # rest skipped), and a restore. Prometheus's HTTP API must then report the
-# target up and exactly those outcomes, bytes and steps; the Grafana
-# dashboard's queries must name only metrics ckptd exposes.
+# target up and exactly those outcomes, bytes and steps, and the stall the
+# rank reported for each accepted save; the Grafana dashboard's queries
+# must name only metrics ckptd exposes.
 . "$(dirname "$0")/lib.sh"
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -80,6 +81,13 @@ expect_latest "$ROOT/m" "$last"
 # 4. A restore of the newest step.
 rank_start d "${RANK[@]}" --min-bytes 8M --max-bytes 8M --restore latest --expect-step "$last"
 rank_wait "$LAST_PID" d
+# 5. Another job with only committed saves: one stall report each.
+N_STALL=4
+rank_start s --socket "$(sock m)" --job s --rank 0 --world 1 --seed 9 --tensors 3 \
+	--min-bytes 512K --max-bytes 2M --steps 1,2,3,4 --wait
+rank_wait "$LAST_PID" s
+[ "$(grep -Ec '^rank 0 step [0-9]+ committed' "$T/s.log")" -eq "$N_STALL" ] ||
+	fail "job s: not all $N_STALL steps committed"
 
 # What the root holds: the shards of every committed step.
 shard_bytes=0
@@ -121,6 +129,17 @@ expect "ckpt_staged_bytes_total{$J}" '>=' "$shard_bytes"
 expect "ckpt_newest_committed_step{$J,tier=\"root\"}" == "$last"
 expect "ckpt_restores_total{$J,outcome=\"ok\"}" == 1
 expect "ckpt_slot_wait_seconds_total{$J}" '>' 0
+# The ranks' own stall reports (STALL): one per save ckptd accepted. Job s
+# committed N_STALL saves; job m's are its commits plus step 4, accepted
+# and then failed (skipped saves were never accepted).
+S='ckpt_job="s"'
+expect "ckpt_save_stall_seconds_count{$S}" == "$N_STALL"
+expect "ckpt_save_stall_seconds_bucket{$S,le=\"+Inf\"}" == "$N_STALL"
+expect "ckpt_save_stall_seconds_sum{$S}" '>' 0
+expect "ckpt_save_stall_seconds_total{$S}" '>' 0
+expect "ckpt_save_stall_seconds_total{$S} - ckpt_save_stall_seconds_sum{$S}" == 0
+expect "ckpt_save_stall_seconds_count{$J}" == "$((n_commit + 1))"
+expect "ckpt_save_stall_seconds_sum{$J}" '>' 0
 expect 'ckpt_clients_connected' == 0
 expect 'ckpt_queue_depth{queue="write"}' == 0
 expect 'ckpt_io_uring_in_flight{op="write"}' == 0
@@ -134,6 +153,8 @@ expect 'ckpt_process_start_time_seconds' '>' 1600000000
 # commit may have come before the first scrape, leaving rates at zero).
 expect "histogram_quantile(0.9, sum by (le) (ckpt_time_to_committed_seconds_bucket{$J}))" '>' 0
 expect "histogram_quantile(0.9, sum by (le) (ckpt_time_to_committed_seconds_bucket{$J}))" '<=' 600
+expect "histogram_quantile(0.99, sum by (le) (ckpt_save_stall_seconds_bucket{$S}))" '>' 0
+expect "histogram_quantile(0.99, sum by (le) (ckpt_save_stall_seconds_bucket{$S}))" '<=' 60
 
 # The dashboard's queries against the live exposition.
 python3 "$PROMQL" get "http://127.0.0.1:$MPORT/metrics" >"$T/metrics.txt" || fail "GET /metrics failed"

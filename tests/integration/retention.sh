@@ -7,9 +7,11 @@ ROOT=$T/root
 ckptd_start d "$ROOT" --keep-last 2
 OPTS=(--socket "$(sock d)" --job ret --seed 7 --tensors 4 --min-bytes 4K --max-bytes 2M)
 run_ranks 2 save "${OPTS[@]}" --first 1 --every 1 --count 6 --wait
-# Retention may run just after the commit: give it a moment.
-for i in $(seq 1 50); do
-	[ "$(committed_steps "$ROOT/ret" | tr '\n' ' ')" = "5 6 " ] && break
+# Retention runs just after each commit, on a worker (uncommit, then move
+# the directory away): give it time to finish on a loaded machine.
+for i in $(seq 1 200); do
+	[ "$(committed_steps "$ROOT/ret" | tr '\n' ' ')" = "5 6 " ] &&
+		[ -z "$(uncommitted_steps "$ROOT/ret")" ] && break
 	sleep 0.1
 done
 expect_committed "$ROOT/ret" "5 6"

@@ -9,7 +9,8 @@
 #   queue is flushed;
 # - the URL's secret token never reaches ckptd's log or --check-config;
 # - a second ckptd sends only "stall" events (webhook_events), one per rank
-#   whose only slot stayed busy longer than stall_warn_ms.
+#   whose only slot stayed busy longer than stall_warn_ms, and one per save
+#   whose rank reported (STALL) it stalled at least that long.
 . "$(dirname "$0")/lib.sh"
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -174,6 +175,24 @@ log "stall event: $ev"
 python3 -c "import sys; sys.exit(0 if float('$(field "$ev" seconds)') >= 0.001 else 1)" ||
 	fail "stall: seconds below stall_warn_ms"
 [ "$(metric s 'ckpt_slot_wait_seconds_total{ckpt_job="st"}')" != 0 ] || fail "slot wait not counted"
+# The rank's own reports: saves 2 and 3 waited for the only slot, far
+# longer than 1 ms, so at least one reported stall is an event too.
+ev=
+for i in $(seq 1 120); do
+	ev=$(events_of r2 stall | grep -F 'the rank reported' | head -n 1)
+	[ -n "$ev" ] && break
+	sleep 0.5
+done
+[ -n "$ev" ] || fail "no stall event for a stall the rank reported"
+log "reported stall event: $ev"
+case "$(field "$ev" step)" in 1|2|3) ;; *) fail "reported stall: step is '$(field "$ev" step)'" ;; esac
+[ "$(field "$ev" job)" = st ] && [ "$(field "$ev" rank)" = 0 ] || fail "reported stall: wrong job or rank"
+field "$ev" text | grep -q "job st rank 0: saving step [123] stalled the rank for" ||
+	fail "reported stall: text is '$(field "$ev" text)'"
+python3 -c "import sys; sys.exit(0 if float('$(field "$ev" seconds)') >= 0.001 else 1)" ||
+	fail "reported stall: seconds below stall_warn_ms"
+[ "$(metric s 'ckpt_save_stall_seconds_count{ckpt_job="st"}')" = 3 ] ||
+	fail "reported stalls: count is $(metric s 'ckpt_save_stall_seconds_count{ckpt_job="st"}'), not 3"
 ckptd_stop s
 [ -z "$(events_of r2 committed)" ] || fail "webhook_events=stall sent committed events"
 grep -qF "$SECRET" "$T/ckptd-s.log" && fail "the webhook token is in ckptd's log"

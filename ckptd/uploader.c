@@ -1150,9 +1150,11 @@ static void emit_part(struct task *t, struct obj *o, uint8_t *buf, size_t len, b
 	struct unit *w = calloc(1, sizeof(*w));
 
 	if (!w || o->parts_emitted >= o->nparts) {
+		int err = w ? -EFBIG : -ENOMEM;
 		free(w);
 		free(buf);
-		task_fail(t, w ? -EFBIG : -ENOMEM, "%s: more parts than planned", o->key_name);
+		task_fail(t, err, "%s: %s", o->key_name,
+			  err == -EFBIG ? "more parts than planned" : "out of memory");
 		return;
 	}
 	w->t = t;

@@ -14,6 +14,7 @@
  * call or from inside libcurl.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +33,8 @@
 #define RESP_MAX ((size_t)1 << 20)          /* error bodies, small replies */
 #define RESP_LIST_MAX ((size_t)32 << 20)    /* a listing page (1000 keys of 1 KiB) */
 #define HASH_CHUNK ((size_t)1 << 20)
+/* A GET into a file starts the kernel's writeback every this many bytes. */
+#define SINK_WRITEBACK_BYTES ((uint64_t)8 << 20)
 #define MAX_QUERY 8
 
 enum op_kind {
@@ -66,6 +69,7 @@ struct s3_op {
 	CURL *easy;
 	struct curl_slist *hdrs;
 	uint64_t sent, received;
+	uint64_t writeback_from;       /* sink bytes not yet handed to writeback */
 	char *resp;
 	size_t resp_len, resp_cap, resp_max;
 	bool resp_truncated;
@@ -338,6 +342,18 @@ static size_t write_cb(char *buf, size_t size, size_t nitems, void *userp)
 				}
 				done += (size_t)w;
 			}
+			/* Start writing back what is written, without waiting for it:
+			 * dirty pages would otherwise pile up (the kernel starts on its
+			 * own only past dirty_background_ratio of RAM, or after 30 s),
+			 * and the caller's fsync at the end would then write all of
+			 * them while the network idles. */
+			uint64_t pending = op->received + n - op->writeback_from;
+			if (pending >= SINK_WRITEBACK_BYTES) {
+				(void)sync_file_range(op->sink.fd,
+						      (off_t)(op->sink.offset + op->writeback_from),
+						      (off_t)pending, SYNC_FILE_RANGE_WRITE);
+				op->writeback_from += pending;
+			}
 		}
 		op->received += n;
 		return n;
@@ -379,7 +395,7 @@ static void attempt_reset(struct s3_op *op)
 	}
 	curl_slist_free_all(op->hdrs);
 	op->hdrs = NULL;
-	op->sent = op->received = 0;
+	op->sent = op->received = op->writeback_from = 0;
 	op->resp_len = 0;
 	op->resp_truncated = false;
 	op->etag[0] = '\0';

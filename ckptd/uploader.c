@@ -582,26 +582,33 @@ static void scan_steps_done(const struct s3_result *res, void *arg)
 	task_op_done(t);
 }
 
+/*
+ * A page of ListMultipartUploads: collect the uploads into t->uploads and
+ * keep the continuation. Returns true once the last page is in (and the
+ * task has not failed).
+ */
+static bool uploads_page(struct task *t, const struct s3_result *res)
+{
+	count_attempts(res);
+	if (res->err) {
+		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", t->u->url.bucket,
+			  res->error);
+		return false;
+	}
+	for (size_t i = 0; res->list && i < res->list->n_uploads; i++)
+		if (uploads_add(t, res->list->uploads[i].key, res->list->uploads[i].upload_id) < 0)
+			task_fail(t, -ENOMEM, "out of memory");
+	/* Pages go by key marker (the rest of a key's uploads, if a page
+	 * ends among them, are on the next listing). */
+	return !page_next(t, res->list) && !t->err;
+}
+
 static void scan_uploads_done(const struct s3_result *res, void *arg)
 {
 	struct task *t = arg;
-	struct uploader *u = t->u;
 
-	count_attempts(res);
-	if (res->err) {
-		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", u->url.bucket,
-			  res->error);
-	} else {
-		for (size_t i = 0; res->list && i < res->list->n_uploads; i++)
-			if (uploads_add(t, res->list->uploads[i].key, res->list->uploads[i].upload_id) < 0)
-				task_fail(t, -ENOMEM, "out of memory");
-		/* ListMultipartUploads pages by key marker and upload-id marker. */
-		bool more = res->list && res->list->truncated && res->list->next_marker;
-		free(t->marker);
-		t->marker = more ? strdup(res->list->next_marker) : NULL;
-		if (!more)
-			t->phase = SCAN_PLAN;
-	}
+	if (uploads_page(t, res))
+		t->phase = SCAN_PLAN;
 	task_op_done(t);
 }
 
@@ -655,14 +662,14 @@ static void scan_plan(struct task *t)
 	t->phase = SCAN_ABORT;
 }
 
-static void scan_abort_done(const struct s3_result *res, void *arg)
+static void abort_done(const struct s3_result *res, void *arg)
 {
 	struct task *t = arg;
 
 	count_attempts(res);
 	/* An upload that is already gone is what we wanted. */
 	if (res->err && res->err != -ENOENT)
-		log_warn("s3", "abort of an orphaned multipart upload failed job=%s error=\"%s\"",
+		log_warn("s3", "abort of a multipart upload failed job=%s error=\"%s\"",
 			 t->job->name, res->error);
 	task_op_done(t);
 }
@@ -704,7 +711,7 @@ static void scan_step(struct task *t)
 			log_info("s3", "aborting orphaned multipart upload job=%s key=%s", t->job->name,
 				 e->key);
 			r = s3_abort_multipart(u->c, u->url.bucket, e->key, e->upload_id,
-					       scan_abort_done, t);
+					       abort_done, t);
 			if (r == 0) {
 				t->ops++;
 				return;
@@ -980,10 +987,7 @@ static void up_uploads_done(const struct s3_result *res, void *arg)
 			if (o && !o->upload_id && o->s3_size == UINT64_MAX)
 				o->upload_id = strdup(res->list->uploads[i].upload_id);
 		}
-		bool more = res->list && res->list->truncated && res->list->next_marker;
-		free(t->marker);
-		t->marker = more ? strdup(res->list->next_marker) : NULL;
-		if (!more)
+		if (!page_next(t, res->list))
 			t->phase = UP_OBJECTS;
 	}
 	task_op_done(t);
@@ -1616,31 +1620,8 @@ static void up_leftovers_listed(const struct s3_result *res, void *arg)
 {
 	struct task *t = arg;
 
-	count_attempts(res);
-	if (res->err) {
-		task_fail(t, res->err, "listing multipart uploads in s3://%s: %s", t->u->url.bucket,
-			  res->error);
-	} else {
-		for (size_t i = 0; res->list && i < res->list->n_uploads; i++)
-			if (uploads_add(t, res->list->uploads[i].key, res->list->uploads[i].upload_id) < 0)
-				task_fail(t, -ENOMEM, "out of memory");
-		bool more = res->list && res->list->truncated && res->list->next_marker;
-		free(t->marker);
-		t->marker = more ? strdup(res->list->next_marker) : NULL;
-		if (!more)
-			t->phase = UP_CLEANUP_ABORT;
-	}
-	task_op_done(t);
-}
-
-static void up_abort_done(const struct s3_result *res, void *arg)
-{
-	struct task *t = arg;
-
-	count_attempts(res);
-	if (res->err && res->err != -ENOENT)
-		log_warn("s3", "abort of a leftover multipart upload failed job=%s step=%" PRIu64
-			 " error=\"%s\"", t->job->name, t->step, res->error);
+	if (uploads_page(t, res))
+		t->phase = UP_CLEANUP_ABORT;
 	task_op_done(t);
 }
 
@@ -1734,7 +1715,7 @@ static void upload_step(struct task *t)
 			struct upload_id_entry *e = &t->uploads[t->next_abort++];
 			log_info("s3", "aborting a leftover multipart upload job=%s step=%" PRIu64 " key=%s",
 				 t->job->name, t->step, e->key);
-			r = s3_abort_multipart(u->c, u->url.bucket, e->key, e->upload_id, up_abort_done, t);
+			r = s3_abort_multipart(u->c, u->url.bucket, e->key, e->upload_id, abort_done, t);
 			if (r == 0)
 				t->ops++;
 			break;

@@ -22,6 +22,7 @@
 #include "ckpt-build-config.h"
 #include "inspect.h"
 #include "s3.h"
+#include "toolutil.h"
 
 static const char *prog = "ckpt-inspect";
 
@@ -1031,23 +1032,6 @@ static bool parse_u32(const char *s, uint32_t *out)
 	return true;
 }
 
-static bool parse_step(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (ckpt_step_dirname_parse(s, out) == 0)
-		return true;
-	if (!*s || *s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v >= 10000000000ull)
-		return false;
-	*out = v;
-	return true;
-}
-
 enum level { LEVEL_ROOT, LEVEL_JOB, LEVEL_STEP };
 
 struct target {
@@ -1126,7 +1110,7 @@ static int resolve(const char *arg, struct target *t)
 		return EXIT_NOTFOUND;
 	}
 	/* ROOT/JOB/42: a step by number, or a step directory that is gone. */
-	if (parse_step(t->name, &t->step) && stat(t->parent, &st) == 0 &&
+	if (tool_parse_step(t->name, &t->step) && stat(t->parent, &st) == 0 &&
 	    S_ISDIR(st.st_mode)) {
 		t->level = LEVEL_STEP;
 		job_name_of(t->parent, t->job, sizeof(t->job));

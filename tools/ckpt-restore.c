@@ -486,23 +486,6 @@ static void help(void)
 "        Bring the newest step back from S3.\n");
 }
 
-static bool parse_step(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (ckpt_step_dirname_parse(s, out) == 0)
-		return true;
-	if (!*s || *s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v == 0 || v >= 10000000000ull)
-		return false;
-	*out = v;
-	return true;
-}
-
 int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -526,7 +509,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "qhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 's':
-			if (!parse_step(optarg, &o.step)) {
+			if (!tool_parse_step(optarg, &o.step)) {
 				errmsg("--step: '%s' is not a step number", optarg);
 				return EXIT_USAGE;
 			}

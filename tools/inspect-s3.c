@@ -22,6 +22,7 @@
 #include "inspect.h"
 #include "s3.h"
 #include "zshard.h"
+#include "toolutil.h"
 
 #define WAIT_MS (30 * 60 * 1000)
 #define MANIFEST_MAX ((uint64_t)1 << 30)
@@ -246,23 +247,6 @@ static bool parse_step_path(const char *rel, uint64_t *step, const char **rest)
 	if (ckpt_step_dirname_parse(dname, step) < 0)
 		return false;
 	*rest = slash + 1;
-	return true;
-}
-
-static bool parse_step_arg(const char *t, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (ckpt_step_dirname_parse(t, out) == 0)
-		return true;
-	if (!*t || *t < '0' || *t > '9')
-		return false;
-	errno = 0;
-	v = strtoull(t, &end, 10);
-	if (errno || *end || v >= 10000000000ull)
-		return false;
-	*out = v;
 	return true;
 }
 
@@ -1500,7 +1484,7 @@ int inspect_s3_main(const char *url, const struct inspect_opts *o,
 	char *at = strrchr(buf, '@');
 
 	if (at && !strchr(at, '/')) {
-		if (!parse_step_arg(at + 1, &step)) {
+		if (!tool_parse_step(at + 1, &step)) {
 			inspect_err("%s: '%s' after '@' is not a step number", url, at + 1);
 			return EXIT_USAGE;
 		}
@@ -1544,7 +1528,7 @@ int inspect_s3_main(const char *url, const struct inspect_opts *o,
 			snprintf(parent, sizeof(parent), "%.*s", (int)(last - s->prefix - 1),
 				 s->prefix);
 		r = looks_like_job(s, s->prefix, &is_job, why, sizeof(why));
-		if (r == 0 && parent[0] && parse_step_arg(last, &n))
+		if (r == 0 && parent[0] && tool_parse_step(last, &n))
 			r = looks_like_job(s, parent, &parent_job, why, sizeof(why));
 		if (r < 0) {
 			inspect_err("%s: %s", url, why);

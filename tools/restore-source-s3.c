@@ -18,6 +18,7 @@
 #include "s3.h"
 #include "store.h"
 #include "zshard.h"
+#include "toolutil.h"
 
 #define RANGES_IN_FLIGHT 4
 #define MANIFEST_MAX ((uint64_t)1 << 30)
@@ -140,23 +141,6 @@ static void s3_close(struct restore_source *src)
 	free(s);
 }
 
-static bool parse_step(const char *t, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (ckpt_step_dirname_parse(t, out) == 0)
-		return true;
-	if (!*t || *t < '0' || *t > '9')
-		return false;
-	errno = 0;
-	v = strtoull(t, &end, 10);
-	if (errno || *end || v == 0 || v >= 10000000000ull)
-		return false;
-	*out = v;
-	return true;
-}
-
 int restore_source_s3_open(const char *spec, const struct s3_settings *s3,
 			   struct restore_source **out, uint64_t *step, char *why,
 			   size_t whylen)
@@ -173,7 +157,7 @@ int restore_source_s3_open(const char *spec, const struct s3_settings *s3,
 	snprintf(buf, sizeof(buf), "%s", spec);
 	char *at = strrchr(buf, '@');
 	if (at && !strchr(at, '/')) {
-		if (!parse_step(at + 1, step)) {
+		if (!tool_parse_step(at + 1, step)) {
 			snprintf(why, whylen, "'%s' after '@' is not a step number", at + 1);
 			return -EINVAL;
 		}

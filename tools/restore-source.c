@@ -16,6 +16,7 @@
 
 #include "restore-source.h"
 #include "store.h"
+#include "toolutil.h"
 
 /* Manifests are small; a bigger file is not one of ours. */
 #define MANIFEST_MAX ((size_t)1 << 30)
@@ -183,23 +184,6 @@ static bool looks_like_job(const char *path)
 	return n > 0;
 }
 
-static bool parse_step_text(const char *s, uint64_t *out)
-{
-	char *end;
-	unsigned long long v;
-
-	if (ckpt_step_dirname_parse(s, out) == 0)
-		return true;
-	if (!*s || *s < '0' || *s > '9')
-		return false;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno || *end || v == 0 || v >= 10000000000ull)
-		return false;
-	*out = v;
-	return true;
-}
-
 static int dir_open(const char *spec, struct restore_source **out, uint64_t *step,
 		    char *why, size_t whylen)
 {
@@ -219,12 +203,12 @@ static int dir_open(const char *spec, struct restore_source **out, uint64_t *ste
 	char *base = slash ? slash + 1 : path;
 	char *at = strrchr(base, '@');
 	if (at) {
-		if (!parse_step_text(at + 1, step)) {
+		if (!tool_parse_step(at + 1, step)) {
 			snprintf(why, whylen, "'%s' after '@' is not a step number", at + 1);
 			return -EINVAL;
 		}
 		*at = '\0';
-	} else if (slash && parse_step_text(base, step)) {
+	} else if (slash && tool_parse_step(base, step)) {
 		/* ROOT/JOB/STEP, unless the whole path is itself a job (a job
 		 * may be named 42). */
 		char parent[PATH_MAX];

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
+#include <errno.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "proto.h"
 #include "toolutil.h"
 
 void tool_human_bytes(char *buf, size_t cap, uint64_t n)
@@ -77,4 +80,21 @@ void tool_progress_end(struct tool_progress *p)
 {
 	if (p->on && p->drawn)
 		fputs("\r\033[K", stderr);
+}
+
+bool tool_parse_step(const char *s, uint64_t *out)
+{
+	char *end;
+	unsigned long long v;
+
+	if (ckpt_step_dirname_parse(s, out) == 0)
+		return true;
+	if (!*s || *s < '0' || *s > '9')
+		return false;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v == 0 || v >= 10000000000ull)
+		return false;
+	*out = v;
+	return true;
 }

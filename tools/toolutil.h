@@ -12,6 +12,10 @@
 #include <stdint.h>
 #include <time.h>
 
+/* A step as people type it: 42, or a step directory name (step-0000000042).
+ * Steps are 1..9999999999. */
+bool tool_parse_step(const char *s, uint64_t *out);
+
 /* "1.5 GiB", "512 B". */
 void tool_human_bytes(char *buf, size_t cap, uint64_t n);
 

@@ -38,6 +38,8 @@ struct restore {
 	bool *cand_s3only;         /* committed on S3, not in the root */
 	uint64_t *root_steps;      /* committed in the root at the start (pinned), ascending */
 	size_t n_root;
+	uint64_t *pinned_s3;       /* S3's steps as the uploader knew them (pinned there) */
+	size_t n_pinned_s3;
 	size_t ncand;
 	struct s3_origin s3;       /* cfg NULL: no S3 tier */
 	/* The S3 manifest of the step being tried, when it came from there. */
@@ -677,6 +679,7 @@ static void restore_done(void *arg)
 
 	for (size_t i = 0; i < rs->n_root; i++)
 		job_pin(rs->job, rs->root_steps[i], -1);
+	uploader_pin(c->d, rs->job->name, rs->pinned_s3, rs->n_pinned_s3, -1);
 	if (rs->adopted)
 		coord_adopt(rs->job, rs->ok.step);
 	c->d->busy--;
@@ -708,6 +711,7 @@ static void restore_done(void *arg)
 	free(rs->cand);
 	free(rs->cand_s3only);
 	free(rs->root_steps);
+	free(rs->pinned_s3);
 	free(rs);
 	job_release(job);
 }
@@ -750,6 +754,11 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	}
 	for (size_t i = 0; i < rs->n_root; i++)
 		job_pin(job, rs->root_steps[i], +1);
+	if (rs->s3.n_steps && (rs->pinned_s3 = malloc(rs->s3.n_steps * sizeof(uint64_t)))) {
+		memcpy(rs->pinned_s3, rs->s3.steps, rs->s3.n_steps * sizeof(uint64_t));
+		rs->n_pinned_s3 = rs->s3.n_steps;
+		uploader_pin(d, job->name, rs->pinned_s3, rs->n_pinned_s3, +1);
+	}
 	rs->c = c;
 	rs->job = job;
 	rs->slot = slot;
@@ -768,6 +777,8 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	if (workers_submit(d->workers, restore_run, restore_done, rs) < 0) {
 		for (size_t i = 0; i < rs->n_root; i++)
 			job_pin(job, rs->root_steps[i], -1);
+		uploader_pin(d, job->name, rs->pinned_s3, rs->n_pinned_s3, -1);
+		free(rs->pinned_s3);
 		c->slot_state[slot] = SLOT_CLIENT;
 		c->refs--;
 		d->busy--;

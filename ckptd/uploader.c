@@ -47,6 +47,8 @@ struct s3job {
 	struct s3job *next;
 	char name[CKPT_JOB_NAME_MAX + 1];
 	bool scanned;          /* s3_steps is known */
+	uint64_t *pins;        /* steps a restore may read from S3 (a step once per pin) */
+	size_t n_pins, cap_pins;
 	uint64_t *s3_steps;    /* committed on S3, ascending */
 	size_t n_s3, cap_s3;
 };
@@ -743,7 +745,8 @@ static void queue_deletions(struct uploader *u, struct s3job *j)
 		return;
 	memcpy(all, j->s3_steps, n * sizeof(*all));
 	for (size_t i = 0; i + 1 < n; i++) {
-		if (policy_keeps(u, all, n, all[i]) || task_find(u, TASK_DELETE, j->name, all[i]))
+		if (policy_keeps(u, all, n, all[i]) || task_find(u, TASK_DELETE, j->name, all[i]) ||
+		    steps_has(j->pins, j->n_pins, all[i]))
 			continue;
 		/* No longer counted as on S3 from now on: a restore will not
 		 * pick it, and the manifest goes first. */
@@ -1913,6 +1916,34 @@ int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *o
 	return 0;
 }
 
+void uploader_pin(struct daemon *d, const char *job, const uint64_t *steps, size_t n, int delta)
+{
+	struct uploader *u = d->uploader;
+	struct s3job *j = u ? job_find(u, job, false) : NULL;
+
+	if (!j)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		if (delta > 0) {
+			if (j->n_pins == j->cap_pins) {
+				size_t cap = j->cap_pins ? 2 * j->cap_pins : 16;
+				uint64_t *v = realloc(j->pins, cap * sizeof(*v));
+				if (!v)
+					return; /* unpinned: retention may remove it; the restore then falls back */
+				j->pins = v;
+				j->cap_pins = cap;
+			}
+			j->pins[j->n_pins++] = steps[i];
+		} else {
+			for (size_t k = 0; k < j->n_pins; k++)
+				if (j->pins[k] == steps[i]) {
+					j->pins[k] = j->pins[--j->n_pins];
+					break;
+				}
+		}
+	}
+}
+
 void uploader_origin_free(struct s3_origin *o)
 {
 	if (!o)
@@ -2033,6 +2064,7 @@ void uploader_fini(struct daemon *d)
 		struct s3job *j = u->jobs;
 		u->jobs = j->next;
 		free(j->s3_steps);
+		free(j->pins);
 		free(j);
 	}
 	s3_config_free(&u->cfg);

@@ -55,6 +55,9 @@ struct s3_origin {
 };
 int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *out);
 void uploader_origin_free(struct s3_origin *o);
+/* Keep S3 retention off these steps while a restore may read them (+1),
+ * and let it go again (-1). Loop thread. */
+void uploader_pin(struct daemon *d, const char *job, const uint64_t *steps, size_t n, int delta);
 
 /* Cancel what is in flight (unfinished multipart uploads stay, for the next
  * start to resume) and free. Call after the worker threads are gone. */

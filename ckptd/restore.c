@@ -643,7 +643,9 @@ static void restore_run(void *arg)
 	rs->result = -CKPT_E_NO_CHECKPOINT;
 	snprintf(rs->err, sizeof(rs->err), "job %s has no committed step%s", rs->job->name,
 		 rs->want == CKPT_NO_STEP ? "" : " at or below the one requested");
-	if (rs->s3.cfg) {
+	if (rs->s3.cfg && !rs->s3.current) {
+		/* The tier has not looked at this job yet (e.g. its directory is
+		 * gone from the root): ask S3 itself. */
 		s3_refresh(rs);
 		if (build_candidates(rs, rs->want, rs->flags) < 0) {
 			rs->result = -ENOMEM;

@@ -792,7 +792,14 @@ static void on_list(struct client *c, const struct ckpt_msg *m)
 	struct daemon *d = c->d;
 	struct list_job *lj = d->uploader ? calloc(1, sizeof(*lj)) : NULL;
 
-	if (lj && uploader_origin(d, c->job->name, &lj->s3) == 0) {
+	if (lj && uploader_origin(d, c->job->name, &lj->s3) == 0 && lj->s3.current) {
+		/* The tier's view of the job is up to date: no request needed. */
+		send_list(c, m->seq, lj->s3.steps, lj->s3.n_steps);
+		uploader_origin_free(&lj->s3);
+		free(lj);
+		return;
+	}
+	if (lj && lj->s3.cfg) {
 		lj->c = c;
 		lj->seq = m->seq;
 		c->refs++;

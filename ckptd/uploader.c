@@ -1902,6 +1902,7 @@ int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *o
 	out->bucket = strdup(u->url.bucket);
 	out->job_key = strdup(jk);
 	const struct s3job *j = job_find(u, job, false);
+	out->current = j && j->scanned;
 	if (j && j->n_s3) {
 		out->steps = malloc(j->n_s3 * sizeof(uint64_t));
 		if (out->steps) {

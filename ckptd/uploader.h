@@ -51,6 +51,7 @@ struct s3_origin {
 	char *bucket;
 	char *job_key;     /* "PREFIX/JOB" or "JOB" */
 	uint64_t *steps;   /* ascending */
+	bool current;      /* the tier has scanned the job and keeps steps up to date */
 	size_t n_steps;
 };
 int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *out);

@@ -82,7 +82,9 @@ struct rank_vote {
 	uint8_t index_sha256[32];
 	uint64_t blob_bytes;
 	uint32_t blob_crc32c;
-	struct ckpt_table table; /* with crc32c filled in */
+	struct ckpt_table table; /* with crc32c filled in; remote votes: read at commit */
+	uint32_t node;           /* the node whose daemon cast it */
+	bool remote;             /* cast over the peer link (the leader reads its index) */
 };
 
 enum step_state { STEP_OPEN = 0, STEP_COMMITTING, STEP_COMMITTED, STEP_FAILED };
@@ -102,7 +104,9 @@ struct step {
 	char reason[CKPT_REASON_MAX + 1];
 	bool removing;             /* its directory is being removed */
 	bool skipped;              /* failed because a rank skipped it (backpressure) */
+	bool abort_from_peer;      /* failed by the leader's word: not echoed back */
 	int64_t opened_ns;
+	int64_t last_vote_ns;      /* when the newest vote came */
 };
 
 struct job {
@@ -154,6 +158,7 @@ struct daemon {
 	bool can_mlock;
 	struct metrics_http *metrics; /* the metrics endpoint, or NULL */
 	struct uploader *uploader;    /* the S3 tier, or NULL (uploader.c) */
+	struct peerlink *peer;        /* the peer link of a multi-node group, or NULL (peer.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
 };
 
@@ -215,6 +220,14 @@ void coord_rank_back(struct job *job, uint32_t rank);
 int64_t coord_missing_rank(struct job *job, const struct step *st);
 void coord_state_of(struct job *job, uint64_t step, struct ckpt_msg_status *out);
 void job_pin(struct job *job, uint64_t step, int delta);
+/* This daemon writes manifests and deletes steps: alone, or node 0. */
+bool coord_is_leader(const struct daemon *d);
+/* The peer link's messages (peer.c) for the coordinator. */
+struct peer_msg;
+void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m);
+void coord_peer_committed(struct daemon *d, const struct peer_msg *m);
+void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m);
+void coord_peer_lost(struct daemon *d, uint32_t node, const char *why);
 
 /* arena.c */
 /* Size, create, seal, populate (and mlock where allowed) c's arena. */

@@ -411,6 +411,115 @@ static const struct config_option options[] = {
 			"little from higher levels.",
 		.offset = FIELD(s3_compress_level),
 	},
+	{
+		.key = "nodes", .type = OPT_STRING, .def = "auto", .computed_default = true,
+		.arg = "N|auto", .help = "daemons (nodes) that share the job's commits",
+		.description =
+			"How many ckptd daemons, one per node, commit together: a step is\n"
+			"committed only when every rank on every node has it durable.\n"
+			"auto: $SLURM_NNODES (or $SLURM_JOB_NUM_NODES) when SLURM_NODEID is\n"
+			"set (ckptd started by srun, one task per node), else\n"
+			"$OMPI_COMM_WORLD_SIZE (mpirun --npernode 1), else 1. With 1 the\n"
+			"daemon is on its own and every other setting of this group is\n"
+			"unused.",
+		.offset = FIELD(nodes_text),
+	},
+	{
+		.key = "node_index", .type = OPT_STRING, .def = "auto", .computed_default = true,
+		.arg = "K|auto", .help = "this node's index, 0 to nodes-1",
+		.description =
+			"This daemon's index among the nodes. Node 0 is the leader: it\n"
+			"writes the manifests, applies keep_last and uploads to S3.\n"
+			"auto: $SLURM_NODEID, else $OMPI_COMM_WORLD_RANK, else 0.",
+		.offset = FIELD(node_index_text),
+	},
+	{
+		.key = "cluster_id", .type = OPT_STRING, .def = "auto", .computed_default = true,
+		.arg = "NAME", .help = "names the group of daemons",
+		.description =
+			"Names this group of daemons: the rendezvous directory and every\n"
+			"peer message carry it, so groups sharing a root or a network\n"
+			"never mix. auto: $SLURM_JOB_ID, else \"default\". Letters,\n"
+			"digits, '.', '_' and '-'.",
+		.offset = FIELD(cluster_id),
+	},
+	{
+		.key = "peers", .type = OPT_STRING, .def = "",
+		.arg = "HOST:PORT,...", .help = "explicit peer addresses, by node index",
+		.description =
+			"The daemons' addresses in node-index order, comma-separated: node K\n"
+			"listens on the K-th. Empty: the daemons find each other through\n"
+			"rendezvous_dir instead (each publishes its own address there).",
+		.offset = FIELD(peers),
+	},
+	{
+		.key = "rendezvous_dir", .type = OPT_STRING, .def = "", .computed_default = true,
+		.arg = "DIR", .help = "where the daemons publish their addresses",
+		.description =
+			"Directory every node can read and write (on the shared checkpoint\n"
+			"file system) where each daemon publishes its peer address as\n"
+			"node-<K>. Default: <root>/.cluster/<cluster_id>.",
+		.offset = FIELD(rendezvous_dir),
+	},
+	{
+		.key = "fabric_provider", .type = OPT_STRING, .def = "tcp;ofi_rxm",
+		.arg = "NAME", .help = "libfabric provider of the peer link",
+		.description =
+			"libfabric provider for the RDM endpoint of the peer link, as\n"
+			"fi_info -p names it: tcp;ofi_rxm (any TCP network), verbs;ofi_rxm\n"
+			"(InfiniBand, RoCE), efa (AWS EFA).",
+		.offset = FIELD(fabric_provider),
+	},
+	{
+		.key = "fabric_address", .type = OPT_STRING, .def = "",
+		.arg = "HOST", .help = "address the peer endpoint binds",
+		.description =
+			"Host name or IP address of this node's interface for the peer\n"
+			"link. Empty: the provider's first choice (set FI_TCP_IFACE or\n"
+			"FI_VERBS_IFACE to pick an interface by name).",
+		.offset = FIELD(fabric_address),
+	},
+	{
+		.key = "peer_key_file", .type = OPT_STRING, .def = "", .computed_default = true,
+		.arg = "FILE", .help = "shared secret that authenticates peer messages",
+		.description =
+			"File with the secret (at least 16 bytes) every daemon of the group\n"
+			"uses to authenticate peer messages (HMAC-SHA-256). Default:\n"
+			"<rendezvous_dir>/key, created (mode 0600) by the first daemon.\n"
+			"With peers set and no key file, peer messages are not\n"
+			"authenticated (a warning says so).",
+		.offset = FIELD(peer_key_file),
+		.secret = true,
+	},
+	{
+		.key = "peer_timeout_ms", .type = OPT_UINT, .def = "10000", .min = 200,
+		.max = 3600000,
+		.arg = "MS", .help = "silence after which a peer is lost",
+		.description =
+			"A peer not heard from for this long is lost: steps open at the\n"
+			"time fail on every node (no commit without its votes). Heartbeats\n"
+			"go out every quarter of it.",
+		.offset = FIELD(peer_timeout_ms),
+	},
+	{
+		.key = "partner_memory", .type = OPT_SIZE, .def = "0", .min = 0, .max = UINT64_MAX,
+		.arg = "SIZE", .help = "memory for partner nodes' newest step; 0 = none",
+		.description =
+			"Memory this daemon spends on copies of its partner nodes' ranks\n"
+			"of the newest committed step (the fastest restore tier: a\n"
+			"replaced node gets its ranks' state back from it without reading\n"
+			"the file system). Needs room for two steps while a new one\n"
+			"arrives. 0: no partner copies are kept here.",
+		.offset = FIELD(partner_memory),
+	},
+	{
+		.key = "partners", .type = OPT_UINT, .def = "1", .min = 1, .max = 16,
+		.arg = "N", .help = "nodes that copy this node's ranks",
+		.description =
+			"Node K's ranks are copied to nodes K+1 .. K+N (mod nodes) after\n"
+			"each commit, where those nodes have partner_memory.",
+		.offset = FIELD(partners),
+	},
 };
 
 #define N_OPTIONS (sizeof(options) / sizeof(options[0]))
@@ -983,6 +1092,113 @@ static void resolve_operations(struct loader *ld)
 	}
 }
 
+static const char *env_nonempty(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+static int parse_count(const char *s, uint32_t *out)
+{
+	uint64_t v;
+
+	if (parse_uint(s, 10, &v) < 0 || v > 65535)
+		return -EINVAL;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* nodes, node_index and cluster_id: flags first, then the launcher's
+ * environment (Slurm, Open MPI). */
+static void resolve_cluster(struct loader *ld)
+{
+	struct ckptd_config *cfg = ld->cfg;
+	const char *o_nodes = ld->origin[option_index(find_option("nodes"))];
+	const char *o_index = ld->origin[option_index(find_option("node_index"))];
+	const char *v, *src;
+
+	if (strcmp(cfg->nodes_text, "auto") == 0) {
+		src = NULL;
+		if (env_nonempty("SLURM_NODEID") &&
+		    ((v = env_nonempty(src = "SLURM_NNODES")) || (v = env_nonempty(src = "SLURM_JOB_NUM_NODES"))))
+			;
+		else if ((v = env_nonempty(src = "OMPI_COMM_WORLD_SIZE")))
+			;
+		else
+			v = "1", src = NULL;
+		if (parse_count(v, &cfg->nodes) < 0 || cfg->nodes == 0) {
+			fprintf(ld->errout, "nodes: auto took '%s' from $%s, which is not a node count\n",
+				v, src);
+			ld->errors++;
+		}
+	} else if (parse_count(cfg->nodes_text, &cfg->nodes) < 0 || cfg->nodes == 0) {
+		fprintf(ld->errout, "%s: '%s' is not a node count (1 to 65535, or auto)\n", o_nodes,
+			cfg->nodes_text);
+		ld->errors++;
+	}
+	if (strcmp(cfg->node_index_text, "auto") == 0) {
+		if (!(v = env_nonempty(src = "SLURM_NODEID")) &&
+		    !(v = env_nonempty(src = "OMPI_COMM_WORLD_RANK")))
+			v = "0", src = NULL;
+		if (parse_count(v, &cfg->node_index) < 0) {
+			fprintf(ld->errout, "node_index: auto took '%s' from $%s, which is not a node index\n",
+				v, src);
+			ld->errors++;
+		}
+	} else if (parse_count(cfg->node_index_text, &cfg->node_index) < 0) {
+		fprintf(ld->errout, "%s: '%s' is not a node index (0 to nodes-1, or auto)\n", o_index,
+			cfg->node_index_text);
+		ld->errors++;
+	}
+	if (cfg->nodes && cfg->node_index >= cfg->nodes) {
+		fprintf(ld->errout, "%s: node %u does not exist among %u nodes (indexes 0 to %u)\n",
+			o_index, cfg->node_index, cfg->nodes, cfg->nodes - 1);
+		ld->errors++;
+	}
+	if (strcmp(cfg->cluster_id, "auto") == 0) {
+		free(cfg->cluster_id);
+		v = env_nonempty("SLURM_JOB_ID");
+		cfg->cluster_id = strdup(v ? v : "default");
+		if (!cfg->cluster_id) {
+			ld->errors++;
+			return;
+		}
+	}
+	bool ok = *cfg->cluster_id && strlen(cfg->cluster_id) <= 64 && cfg->cluster_id[0] != '.';
+	for (const char *p = cfg->cluster_id; ok && *p; p++)
+		ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+		     (*p >= '0' && *p <= '9') || *p == '.' || *p == '_' || *p == '-';
+	if (!ok) {
+		fprintf(ld->errout, "%s: cluster id '%s' must be 1 to 64 letters, digits, '.', '_' "
+			"or '-', not starting with '.'\n",
+			ld->origin[option_index(find_option("cluster_id"))], cfg->cluster_id);
+		ld->errors++;
+	}
+	if (*cfg->peers && cfg->nodes > 1) {
+		uint32_t n = 1;
+		for (const char *p = cfg->peers; *p; p++)
+			n += *p == ',';
+		if (n != cfg->nodes) {
+			fprintf(ld->errout, "%s: %u addresses for %u nodes (one per node, in node "
+				"order)\n", ld->origin[option_index(find_option("peers"))], n,
+				cfg->nodes);
+			ld->errors++;
+		}
+	}
+	if (!*cfg->rendezvous_dir && cfg->root) {
+		size_t len = strlen(cfg->root) + strlen(cfg->cluster_id) + 16;
+		char *dir = malloc(len);
+		if (!dir) {
+			ld->errors++;
+			return;
+		}
+		snprintf(dir, len, "%s/.cluster/%s", cfg->root, cfg->cluster_id);
+		free(cfg->rendezvous_dir);
+		cfg->rendezvous_dir = dir;
+	}
+}
+
 /* Settings whose value depends on the machine. */
 static void resolve(struct loader *ld)
 {
@@ -991,6 +1207,7 @@ static void resolve(struct loader *ld)
 	if (resolve_group(ld) < 0)
 		ld->errors++;
 	resolve_operations(ld);
+	resolve_cluster(ld);
 	if (cfg->staging_bytes == 0) {
 		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
 

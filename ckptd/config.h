@@ -55,6 +55,20 @@ struct ckptd_config {
 	uint32_t s3_keep_last, s3_keep_every, s3_max_attempts;
 	uint32_t s3_compress;    /* s3_compress: 0 none, 1 zstd */
 	uint32_t s3_compress_level;
+	/* Many nodes (peer.c). nodes == 1: a node on its own. */
+	char *nodes_text;        /* nodes: "auto" or N */
+	char *node_index_text;   /* node_index: "auto" or K */
+	uint32_t nodes;          /* resolved */
+	uint32_t node_index;     /* resolved */
+	char *cluster_id;        /* cluster_id: "auto" = $SLURM_JOB_ID, else "default" */
+	char *peers;             /* peers: "HOST:PORT,..." by node index; "" = rendezvous */
+	char *rendezvous_dir;    /* rendezvous_dir: "" = <root>/.cluster/<cluster_id> */
+	char *fabric_provider;   /* fabric_provider */
+	char *fabric_address;    /* fabric_address: host or IP the endpoint binds; "" = any */
+	char *peer_key_file;     /* peer_key_file: "" = <rendezvous_dir>/key */
+	uint32_t peer_timeout_ms;/* peer_timeout_ms */
+	uint64_t partner_memory; /* partner_memory: bytes for partner copies, 0 = none */
+	uint32_t partners;       /* partners: nodes that hold a copy of this node's ranks */
 };
 
 enum config_action {

@@ -5,8 +5,13 @@
  * voted "durable": then a worker fsyncs the step directory, writes
  * MANIFEST.json durably (its existence is the commit) and moves LATEST.
  *
- * Votes come from coord_vote(); on one node the writer casts them, and a
- * multi-node peer link can cast remote ranks' votes through the same call.
+ * Votes come from coord_vote(); on one node the writer casts them. In a
+ * multi-node group (peer.c) only the leader, node 0, commits: the other
+ * daemons forward their ranks' votes to it and learn of commits and
+ * failures from it; the leader reads each remote rank's index from the
+ * shared root, checks it against the vote's digest and sizes, and only then
+ * writes the manifest. Only the leader deletes step directories (failed
+ * steps, retention, recovery): the others forget.
  * Recovery at start-up removes every step directory without a manifest.
  */
 #include <dirent.h>
@@ -22,9 +27,16 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "peer.h"
+#include "peerwire.h"
 #include "uploader.h"
 
 #define FAILED_TOMBSTONES 64
+
+bool coord_is_leader(const struct daemon *d)
+{
+	return d->cfg->nodes <= 1 || d->cfg->node_index == 0;
+}
 
 /* LATEST of one job is written by one worker at a time. */
 static pthread_mutex_t latest_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -274,7 +286,9 @@ static void retention_apply(struct job *job)
 		}
 		uint64_t step = job->committed[i];
 		committed_remove_at(job, i);
-		removal_start(job, NULL, step, true);
+		/* In a group the leader deletes; the others only forget. */
+		if (coord_is_leader(job->d))
+			removal_start(job, NULL, step, true);
 	}
 }
 
@@ -359,8 +373,10 @@ void job_release(struct job *job)
 		job->steps = st->next;
 		step_free(st);
 	}
-	/* A job that never committed anything leaves no empty directory. */
-	if (job->n_committed == 0 && unlinkat(d->root_fd, job->name, AT_REMOVEDIR) == 0)
+	/* A job that never committed anything leaves no empty directory
+	 * (alone: in a group another node may be about to use it). */
+	if (job->n_committed == 0 && d->cfg->nodes <= 1 &&
+	    unlinkat(d->root_fd, job->name, AT_REMOVEDIR) == 0)
 		store_fsync_dir(d->root_fd);
 	for (struct job **p = &d->jobs; *p; p = &(*p)->next) {
 		if (*p == job) {
@@ -504,7 +520,14 @@ void coord_fail(struct step *st, int error, const char *fmt, ...)
 	if (!st->skipped)
 		events_save_failed(st->job->name, st->step, st->reason);
 	notify_participants(st, CKPT_STATE_FAILED, error, st->reason);
-	if (st->inflight == 0)
+	if (st->job->d->peer) {
+		/* The leader tells every node; another node tells the leader,
+		 * unless the leader is who failed it. */
+		if (coord_is_leader(st->job->d) || !st->abort_from_peer)
+			peer_send_abort(st->job->d, st->job->name, st->step, error, st->reason);
+		peer_step_failed(st->job->d, st->job->name, st->step);
+	}
+	if (st->inflight == 0 && coord_is_leader(st->job->d))
 		removal_start(st->job, st, st->step, false);
 	prune_tombstones(st->job);
 }
@@ -514,7 +537,8 @@ void coord_save_done(struct step *st, uint32_t rank)
 	if (rank < st->world_size)
 		st->saving[rank] = 0;
 	st->inflight--;
-	if (st->state == STEP_FAILED && st->inflight == 0 && !st->removing)
+	if (st->state == STEP_FAILED && st->inflight == 0 && !st->removing &&
+	    coord_is_leader(st->job->d))
 		removal_start(st->job, st, st->step, false);
 }
 
@@ -602,6 +626,46 @@ struct commit {
 	int64_t started_ns;
 };
 
+/*
+ * A vote cast over the peer link is believed only as far as the root bears
+ * it out: the rank's index must have the voted digest and agree with the
+ * vote's sizes, and the shard file must be as long as both say. Its table
+ * becomes the vote's (for the manifest).
+ */
+static int remote_vote_check(int stepfd, struct job *job, struct step *st, uint32_t rank,
+			     char *err, size_t errlen)
+{
+	struct rank_vote *v = &st->votes[rank];
+	struct ckpt_index idx;
+	char e[CKPT_REASON_MAX + 1], name[32];
+	struct stat sb;
+	int r;
+
+	memset(&idx, 0, sizeof(idx));
+	r = store_read_index(stepfd, rank, v->index_sha256, &idx, e, sizeof(e));
+	if (r < 0) {
+		snprintf(err, errlen, "rank %u (voted by node %u): %s", rank, v->node, e);
+		return r;
+	}
+	ckpt_shard_filename(name, sizeof(name), rank);
+	if (idx.step != st->step || idx.rank != rank || idx.world_size != st->world_size ||
+	    idx.shard_bytes != v->shard_bytes || idx.blob_bytes != v->blob_bytes ||
+	    idx.blob_crc32c != v->blob_crc32c ||
+	    fstatat(stepfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 ||
+	    (uint64_t)sb.st_size != v->shard_bytes) {
+		snprintf(err, errlen, "rank %u's files in %s do not match the vote of node %u "
+			 "(shard %llu bytes voted, index says %llu)", rank, job->name, v->node,
+			 (unsigned long long)v->shard_bytes, (unsigned long long)idx.shard_bytes);
+		ckpt_index_free(&idx);
+		return -CKPT_E_CORRUPT;
+	}
+	ckpt_table_free(&v->table);
+	v->table = idx.table;
+	memset(&idx.table, 0, sizeof(idx.table));
+	ckpt_index_free(&idx);
+	return 0;
+}
+
 static void commit_run(void *arg)
 {
 	struct commit *cm = arg;
@@ -647,6 +711,11 @@ static void commit_run(void *arg)
 	}
 	for (uint32_t i = 0; i < st->world_size; i++) {
 		struct rank_vote *v = &st->votes[i];
+		if (v->remote && (r = remote_vote_check(stepfd, job, st, i, cm->err,
+							 sizeof(cm->err))) < 0) {
+			free(m.ranks);
+			goto out;
+		}
 		m.ranks[i].rank = i;
 		m.ranks[i].shard_bytes = v->shard_bytes;
 		m.ranks[i].blob_bytes = v->blob_bytes;
@@ -710,10 +779,13 @@ static void commit_done(void *arg)
 	st->state = STEP_COMMITTED;
 	if (committed_insert(job, st->step) < 0)
 		log_error("coord", "out of memory recording a commit job=%s", job->name);
-	double secs = (double)(now_ns() - st->opened_ns) / 1e9;
-	log_info("coord", "committed job=%s step=%llu ranks=%u bytes=%llu seconds=%.3f",
-		 job->name, (unsigned long long)st->step, st->world_size,
-		 (unsigned long long)cm->bytes, secs);
+	int64_t now = now_ns();
+	double secs = (double)(now - st->opened_ns) / 1e9;
+	log_info("coord", "committed job=%s step=%llu ranks=%u bytes=%llu seconds=%.3f "
+		 "last_vote_seconds=%.6f", job->name, (unsigned long long)st->step, st->world_size,
+		 (unsigned long long)cm->bytes, secs, (double)(now - st->last_vote_ns) / 1e9);
+	if (d->peer)
+		peer_send_committed(d, job->name, st->step, st->world_size);
 	metrics_inc(M_SAVES_TOTAL, job->name, "committed");
 	metrics_observe(M_TIME_TO_COMMITTED_SECONDS, secs, job->name);
 	metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
@@ -741,6 +813,15 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 	memset(vote, 0, sizeof(*vote));
 	st->votes[rank].durable = true;
 	st->votes_in++;
+	st->last_vote_ns = now_ns();
+	if (d->peer && !coord_is_leader(d)) {
+		/* The leader counts; this node forwards its own ranks' votes. */
+		if (!st->votes[rank].remote &&
+		    peer_send_vote(d, st, rank, &st->votes[rank]) < 0)
+			coord_fail(st, -CKPT_E_ABORTED, "the leader (node 0) is not reachable: "
+				   "step %llu cannot commit", (unsigned long long)st->step);
+		return;
+	}
 	if (st->votes_in < st->world_size)
 		return;
 
@@ -795,6 +876,10 @@ static int recover_job(struct daemon *d, const char *name)
 		close(sfd);
 		if (committed)
 			continue;
+		/* In a group, other nodes may be writing this step right now;
+		 * the leader's start is what ends every open step. */
+		if (!coord_is_leader(d))
+			continue;
 		log_warn("recovery", "removing uncommitted step job=%s step=%llu", name,
 			 (unsigned long long)steps[i]);
 		r = trash_move(d, NULL, fd, dn);
@@ -846,4 +931,138 @@ int coord_recover(struct daemon *d)
 	}
 	store_strv_free(jobs, n);
 	return 0;
+}
+
+/* ---- The peer link's messages (multi-node groups) -------------------- */
+
+void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
+{
+	struct job *job = job_get(d, m->job, true);
+	struct step *st;
+
+	if (!job) {
+		log_error("coord", "cannot open job=%s for a vote of node %u", m->job, node);
+		return;
+	}
+	if (job_is_committed(job, m->step)) {
+		/* A vote that crossed the commit, or a resend. */
+		peer_send_committed_to(d, node, job->name, m->step, m->world_size);
+		return;
+	}
+	st = step_find(job, m->step);
+	if (st && st->state == STEP_FAILED) {
+		peer_send_abort_to(d, node, job->name, m->step, st->error, st->reason);
+		return;
+	}
+	if (!st) {
+		st = step_get(job, m->step, m->world_size);
+		if (!st) {
+			log_error("coord", "out of memory for a vote job=%s step=%llu", job->name,
+				  (unsigned long long)m->step);
+			return;
+		}
+	}
+	if (st->state != STEP_OPEN)
+		return; /* committing: every vote is in already */
+	if (st->world_size != m->world_size) {
+		metrics_inc(M_PEER_REJECTED_TOTAL, "conflict");
+		coord_fail(st, -CKPT_E_ABORTED, "node %u voted for a world of %u ranks, step %llu "
+			   "has %u", node, m->world_size, (unsigned long long)m->step,
+			   st->world_size);
+		return;
+	}
+	struct rank_vote *have = &st->votes[m->rank];
+	if (have->durable) {
+		if (have->node == node && memcmp(have->index_sha256, m->index_sha256, 32) == 0)
+			return; /* the same vote again */
+		metrics_inc(M_PEER_REJECTED_TOTAL, "conflict");
+		coord_fail(st, -CKPT_E_ABORTED, "rank %u of step %llu voted twice, by node %u and "
+			   "by node %u, with different shards", m->rank, (unsigned long long)m->step,
+			   have->node, node);
+		return;
+	}
+	struct rank_vote v;
+	memset(&v, 0, sizeof(v));
+	v.shard_bytes = m->shard_bytes;
+	v.index_bytes = m->index_bytes;
+	memcpy(v.index_sha256, m->index_sha256, 32);
+	v.blob_bytes = m->blob_bytes;
+	v.blob_crc32c = m->blob_crc32c;
+	v.node = node;
+	v.remote = true;
+	coord_vote(st, m->rank, &v);
+}
+
+void coord_peer_committed(struct daemon *d, const struct peer_msg *m)
+{
+	struct job *job = job_get(d, m->job, false);
+	struct step *st;
+
+	if (!job || job_is_committed(job, m->step))
+		return;
+	if (committed_insert(job, m->step) < 0) {
+		log_error("coord", "out of memory recording a commit job=%s", job->name);
+		return;
+	}
+	metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
+	st = step_find(job, m->step);
+	if (st) {
+		double secs = (double)(now_ns() - st->opened_ns) / 1e9;
+		log_info("coord", "committed by the leader job=%s step=%llu ranks=%u seconds=%.3f",
+			 job->name, (unsigned long long)m->step, m->world_size, secs);
+		metrics_inc(M_SAVES_TOTAL, job->name, "committed");
+		metrics_observe(M_TIME_TO_COMMITTED_SECONDS, secs, job->name);
+		notify_participants(st, CKPT_STATE_COMMITTED, 0, NULL);
+		if (st->inflight == 0) {
+			step_unlink(st);
+			step_free(st);
+		} else {
+			st->state = STEP_COMMITTED;
+		}
+	}
+	retention_apply(job);
+	job_release(job);
+}
+
+void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m)
+{
+	bool leader = coord_is_leader(d);
+	struct job *job = job_get(d, m->job, leader);
+	struct step *st;
+
+	if (!job || job_is_committed(job, m->step))
+		return;
+	st = step_find(job, m->step);
+	if (!st) {
+		if (!leader)
+			return;
+		/* Recorded as failed, so later votes for it are answered. */
+		st = step_get(job, m->step, m->world_size ? m->world_size : 1);
+		if (!st)
+			return;
+	}
+	if (st->state != STEP_OPEN)
+		return;
+	st->abort_from_peer = !leader;
+	coord_fail(st, m->status < 0 ? m->status : -CKPT_E_ABORTED, "%s (node %u)",
+		   m->reason[0] ? m->reason : "aborted", node);
+}
+
+void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
+{
+	bool leader = coord_is_leader(d);
+
+	/* The leader: no step open now can get the lost node's votes.
+	 * Another node: only the leader's loss matters to it. */
+	if (!leader && node != 0)
+		return;
+	for (struct job *job = d->jobs; job; job = job->next) {
+		for (struct step *st = job->steps; st; st = st->next) {
+			if (st->state != STEP_OPEN)
+				continue;
+			st->abort_from_peer = !leader;
+			coord_fail(st, -CKPT_E_ABORTED, "node %u lost (%s): step %llu cannot commit",
+				   node, why, (unsigned long long)st->step);
+		}
+	}
 }

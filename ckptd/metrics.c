@@ -110,6 +110,31 @@ const struct metric_def metric_defs[M__COUNT] = {
 		"ckpt_newest_committed_step", METRIC_GAUGE,
 		"Newest committed step of a job, per tier (root: the checkpoint root; s3).",
 		{ JOB, "tier" } },
+	[M_PEER_UP] = {
+		"ckpt_peer_up", METRIC_GAUGE,
+		"1 while the link to the peer daemon of node <node> works, 0 once it is lost.",
+		{ "node" } },
+	[M_PEER_REJECTED_TOTAL] = {
+		"ckpt_peer_rejected_total", METRIC_COUNTER,
+		"Peer messages rejected, by reason: malformed, auth (bad tag), cluster (another "
+		"group), epoch (from an old incarnation of the sender), stale (to an old "
+		"incarnation of this daemon), conflict (contradicts what this daemon knows).",
+		{ "reason" } },
+	[M_RESTORE_BYTES_TOTAL] = {
+		"ckpt_restore_bytes_total", METRIC_COUNTER,
+		"Shard bytes restored into ranks, by the tier they were read from: partner "
+		"(a partner node's memory), root (the checkpoint root; includes what S3 "
+		"fetches land in) or s3.",
+		{ JOB, "tier" } },
+	[M_PARTNER_BYTES] = {
+		"ckpt_partner_bytes", METRIC_GAUGE,
+		"Memory holding partner nodes' shards (bounded by partner_memory).", { NULL } },
+	[M_PARTNER_COPIES_TOTAL] = {
+		"ckpt_partner_copies_total", METRIC_COUNTER,
+		"Partner copies of one rank's shard, by outcome: sent (this node's, to its "
+		"partner), received (a partner's, kept here), refused (no room, either side) "
+		"or failed.",
+		{ "outcome" } },
 	[M_CLIENTS_CONNECTED] = {
 		"ckpt_clients_connected", METRIC_GAUGE,
 		"Ranks connected (HELLO done).", { NULL } },

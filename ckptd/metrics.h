@@ -53,6 +53,11 @@ enum metric_id {
 	M_METRICS_SERIES_DROPPED_TOTAL,
 	M_SAVE_STALL_SECONDS,         /* histogram {ckpt_job}: reported by the ranks (STALL) */
 	M_SAVE_STALL_SECONDS_TOTAL,   /* {ckpt_job}: the same, summed */
+	M_PEER_UP,                    /* {node}: the peer link sets */
+	M_PEER_REJECTED_TOTAL,        /* {reason} */
+	M_RESTORE_BYTES_TOTAL,        /* {ckpt_job, tier=partner|root|s3} */
+	M_PARTNER_BYTES,              /* partner copies held here */
+	M_PARTNER_COPIES_TOTAL,       /* {outcome=sent|received|refused|failed} */
 	M__COUNT
 };
 

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "peer.h"
 #include "notify.h"
 #include "server.h"
 #include "s3.h"
@@ -34,11 +35,12 @@
 #define TAG_RING ((void *)3)
 #define TAG_WORKERS ((void *)4)
 #define TAG_UPLOADER ((void *)5)
+#define TAG_PEER ((void *)6)
 
 static bool is_tag(const void *p)
 {
 	return p == TAG_LISTEN || p == TAG_SIGNAL || p == TAG_RING || p == TAG_WORKERS ||
-	       p == TAG_UPLOADER;
+	       p == TAG_UPLOADER || p == TAG_PEER;
 }
 
 
@@ -1085,6 +1087,7 @@ static void on_signal(struct daemon *d)
 						d->busy);
 			}
 			d->stopping = true;
+			peer_stop(d);
 			metrics_http_stopping(d->metrics);
 			if (d->listen_fd >= 0) {
 				epoll_ctl(d->epfd, EPOLL_CTL_DEL, d->listen_fd, NULL);
@@ -1192,6 +1195,16 @@ int server_run(struct ckptd_config *cfg)
 		goto out;
 	if (uploader_fd(d) >= 0 && (r = epoll_add(d, uploader_fd(d), TAG_UPLOADER)) < 0)
 		goto out;
+	r = peer_init(d);
+	if (r < 0) {
+		log_error("server", "the peer link of node %u of %u did not start: %s",
+			  cfg->node_index, cfg->nodes, strerror(-r));
+		goto out;
+	}
+	if ((peer_fd(d) >= 0 && (r = epoll_add(d, peer_fd(d), TAG_PEER)) < 0) ||
+	    (peer_timer_fd(d) >= 0 && (r = epoll_add(d, peer_timer_fd(d), TAG_PEER)) < 0) ||
+	    (peer_wake_fd(d) >= 0 && (r = epoll_add(d, peer_wake_fd(d), TAG_PEER)) < 0))
+		goto out;
 
 	coord_trash_empty(d);
 	log_info("server", "ready socket=%s root=%s staging_bytes=%llu slots_per_rank=%u "
@@ -1203,8 +1216,11 @@ int server_run(struct ckptd_config *cfg)
 
 	while (!(d->stopping && d->busy == 0)) {
 		struct epoll_event evs[64];
-		int n = epoll_wait(d->epfd, evs, 64,
-				   notify_watchdog_timeout(d->stopping ? 100 : -1));
+		int wait_ms = notify_watchdog_timeout(d->stopping ? 100 : -1);
+		int peer_ms = peer_poll_ms(d);
+		if (peer_ms >= 0 && (wait_ms < 0 || peer_ms < wait_ms))
+			wait_ms = peer_ms;
+		int n = epoll_wait(d->epfd, evs, 64, wait_ms);
 		notify_watchdog_tick();
 		if (n < 0) {
 			if (errno == EINTR)
@@ -1232,6 +1248,8 @@ int server_run(struct ckptd_config *cfg)
 				workers_dispatch(d->workers);
 			} else if (tag == TAG_UPLOADER) {
 				uploader_dispatch(d);
+			} else if (tag == TAG_PEER) {
+				peer_dispatch(d);
 			} else {
 				struct client *c = tag;
 				/* Killed by a handler earlier in this batch: still
@@ -1256,10 +1274,13 @@ out:
 		next = c->next;
 		client_kill(c, "ckptd stopping");
 	}
+	/* Restore workers waiting on a partner fetch are answered first. */
+	peer_stop(d);
 	/* Runs the done callbacks of tasks still queued (error exits only),
 	 * which drop their client references. */
 	if (d->workers)
 		workers_destroy(d->workers);
+	peer_fini(d);
 	/* After the workers: their last callbacks may still hand it parts. */
 	uploader_fini(d);
 	/* After the last done callback: events they raised are sent too. */

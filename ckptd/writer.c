@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "peer.h"
 
 enum io_op { IO_WRITE = 1, IO_FSYNC = 2 };
 
@@ -47,6 +48,7 @@ struct save_job {
 	uint64_t nchunks;
 	uint32_t blob_crc;
 	struct rank_vote vote;
+	void *index_buf;           /* the encoded index, for a partner copy */
 	int64_t started_ns;
 	char shard_name[32], index_name[32], step_name[32];
 };
@@ -309,7 +311,7 @@ static void index_run(void *arg)
 	store_sha256(buf, (size_t)n, j->vote.index_sha256);
 	j->vote.index_bytes = (uint64_t)n;
 	metrics_add(M_WRITTEN_BYTES_TOTAL, (double)n, j->st->job->name);
-	free(buf);
+	j->index_buf = buf;
 	return;
 fail:
 	free(buf);
@@ -329,6 +331,7 @@ static void job_free(struct save_job *j)
 	ckpt_table_free(&j->table);
 	ckpt_table_free(&j->vote.table);
 	free(j->chunk_crc);
+	free(j->index_buf);
 	free(j);
 }
 
@@ -353,7 +356,18 @@ static void job_finish(struct save_job *j)
 
 	writing_remove(j);
 	metrics_add(M_QUEUE_DEPTH, -1, "write");
-	if (!c->dead && j->slot < c->slots) {
+	/* A durable shard of a step still open is copied to the partner
+	 * nodes straight from the slot, which stays ckptd's until then. */
+	bool held = false;
+	if (!j->err && st->state != STEP_FAILED && !c->dead && d->peer) {
+		j->vote.shard_bytes = j->data_bytes;
+		j->vote.blob_bytes = j->blob_bytes;
+		j->vote.blob_crc32c = j->blob_crc;
+		held = peer_copy_start(c, j->slot, st, j->rank, &j->vote, j->index_buf);
+		j->index_buf = NULL;
+	}
+	uint32_t freed = held ? CKPT_NO_SLOT : j->slot;
+	if (!held && !c->dead && j->slot < c->slots) {
 		c->slot_state[j->slot] = SLOT_CLIENT;
 		slots_watch(c);
 	}
@@ -377,7 +391,7 @@ static void job_finish(struct save_job *j)
 			coord_save_done(st, j->rank);
 		} else {
 			if (!c->dead)
-				client_send_status(c, j->step, CKPT_STATE_DURABLE, 0, j->slot, NULL);
+				client_send_status(c, j->step, CKPT_STATE_DURABLE, 0, freed, NULL);
 			j->vote.durable = true;
 			j->vote.shard_bytes = j->data_bytes;
 			j->vote.blob_bytes = j->blob_bytes;

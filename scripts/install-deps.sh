@@ -18,6 +18,7 @@ packages=(
 	libxml2-dev       # libxml2: parsing S3 replies (listings, errors) in the S3 client
 	libmicrohttpd-dev # ckptd's Prometheus metrics endpoint (GET /metrics)
 	libsystemd-dev    # sd_notify: ckptd's readiness and watchdog under systemd (Type=notify)
+	libfabric-dev libfabric-bin  # the peer link between the daemons of a multi-node job (fi_info for diagnosis)
 	# fuzzers and sanitizers
 	clang llvm libclang-rt-14-dev
 	# benchmark reference and test helpers

@@ -1,0 +1,80 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+# A node is lost and replaced: ckpt-train (6 ranks, 2 per node) checkpoints
+# through 3 daemons that keep their partner's ranks in memory; the job is
+# killed (kill -9 of every rank) after a commit, node 1's daemon is killed
+# too and its node-local directory wiped, and a fresh daemon takes node 1's
+# place. The resumed job must end bitwise identical to the same job run
+# straight through, and node 1's ranks must have come back from node 2's
+# memory (restore bytes of tier "partner"), not from the root.
+. "$(dirname "$0")/../integration/lib.sh"
+. "$(dirname "$0")/../trainer/lib-train.sh"
+. "$(dirname "$0")/lib-cluster.sh"
+
+NP=$WORLD
+STEPS=400
+JOB=$ROOT/nl
+RUN=("${TINY[@]}" --steps $STEPS --log-every 1)
+CK=(--ckpt-mode async --ckpt-every 10 --job nl)
+CLUSTER_OPTS+=(--partner-memory 256MiB --partners 1)
+
+cluster_train_wrapper
+
+train_run $NP straight "${RUN[@]}" --ckpt-mode off --dump "$T/straight.%r"
+
+cluster_start
+target=$((60 + RANDOM % 8 * 10))
+train_start $NP run1 "${RUN[@]}" "${CK[@]}"
+wait_log run1 "ckpt step $target committed" 120 || fail "step $target never committed"
+sleep "0.$((RANDOM % 16 + 10))"
+train_kill9
+log "killed the job after step $(grep -Eo '^step [0-9]+' "$T/run1.log" | tail -n 1 | cut -d' ' -f2), last commit seen $(last_committed run1)"
+
+# Let a save handed over before the kill finish (or fail), and the partner
+# copies of the newest committed step arrive.
+prev=
+for i in $(seq 1 40); do
+	cur="$(committed_steps "$JOB" | tail -n 1) $(metric 2 ckptd_partner_bytes)"
+	[ "$cur" = "$prev" ] && [ "${cur#* }" != 0 ] && break
+	prev=$cur
+	sleep 0.5
+done
+floor=$(committed_steps "$JOB" | tail -n 1)
+[ -n "$floor" ] && [ "$floor" -ge "$target" ] || fail "newest committed step '$floor' < $target"
+[ "$floor" -lt $STEPS ] || fail "the job finished before it was killed; make it slower"
+pb=$(metric 2 ckptd_partner_bytes)
+log "newest committed step $floor; node 2 holds $pb bytes of partner copies"
+[ "${pb%.*}" -gt 0 ] 2>/dev/null || fail "node 2 holds no partner copy (ckptd_partner_bytes $pb)"
+
+log "node 1 is lost: kill -9 its daemon, wipe its node-local directory, start a fresh one"
+ckptd_kill9 n1
+rm -rf "$(node_dir 1)"
+node_start 1
+cluster_wait_whole 30
+for t in partner root s3; do
+	v=$(metric 1 ckptd_restore_bytes_total job=nl tier=$t)
+	[ "$v" = 0 ] || fail "the fresh node 1 daemon starts with restore bytes $v of tier $t"
+done
+
+train_run $NP final "${RUN[@]}" "${CK[@]}" --dump "$T/resumed.%r"
+from=$(sed -n 's/^resumed from step \([0-9]*\)$/\1/p' "$T/final.log" | head -n 1)
+[ "$from" = "$floor" ] || fail "the job resumed from step '$from', expected the newest committed step $floor"
+log "resumed from step $from"
+grep -q "ckpt step $STEPS committed" "$T/final.log" || fail "step $STEPS was not committed"
+for r in $(seq 0 $((NP - 1))); do
+	cmp "$T/straight.$r" "$T/resumed.$r" ||
+		fail "rank $r: final state differs between the straight and the resumed run"
+done
+
+partner=$(metric 1 ckptd_restore_bytes_total job=nl tier=partner)
+root=$(metric 1 ckptd_restore_bytes_total job=nl tier=root)
+log "node 1 restored $partner bytes from partner memory, $root from the root"
+[ "${partner%.*}" -gt 0 ] 2>/dev/null || fail "node 1 restored nothing from partner memory (tier=partner $partner)"
+[ "$root" = 0 ] || fail "node 1 read $root bytes from the root, expected all from partner memory"
+grep -i rejected "$T"/ckptd-n*.log && fail "a daemon rejected a peer message"
+n=$(verify_all "$JOB")
+log "$n committed steps verify"
+for k in 2 1 0; do
+	ckptd_stop n$k
+done
+log "pass"

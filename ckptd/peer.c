@@ -41,7 +41,7 @@
 #include "peerwire.h"
 
 #define CTRL_RECVS 64
-#define PIECE_BYTES (8u << 20)
+#define PIECE_BYTES (1u << 20)
 #define SEND_WINDOW 8
 #define RECV_WINDOW 32
 #define HOLDER_MAX 16
@@ -1986,6 +1986,7 @@ int peer_init(struct daemon *d)
 	for (uint32_t k = 0; k < pl->n; k++)
 		if (k != pl->me)
 			node_metric(pl, k, false);
+	store_gauge(pl);
 	char addr[2 * PEER_ADDR_MAX + 1];
 	hex(addr, pl->myaddr, pl->myaddr_len);
 	log_info("peer", "peer link up node=%u nodes=%u cluster=%s provider=%s epoch=%016llx "

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "peer.h"
 #include "s3.h"
 #include "uploader.h"
 #include "zshard.h"
@@ -48,6 +49,7 @@ struct restore {
 	size_t s3m_len;
 	bool adopted;              /* the step became committed in the root */
 	bool from_s3;              /* the restored step's files came from S3 */
+	bool from_partner;         /* ... from a partner node's memory */
 	uint8_t *base;
 	uint64_t slot_bytes;
 	unsigned qd;
@@ -250,6 +252,88 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 	return r;
 }
 
+/* Every chunk of a shard already in the slot (a partner's copy). */
+static int verify_in_memory(struct restore *rs, const struct ckpt_index *idx, const char *where,
+			    char *err, size_t errlen)
+{
+	uint64_t nrefs = 0;
+	struct chunk_ref *refs = chunk_refs(idx, &nrefs);
+	int r = 0;
+
+	if (!refs) {
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint64_t i = 0; i < nrefs; i++) {
+		const struct chunk_ref *c = &refs[i];
+		if (c->off + c->len > idx->shard_bytes ||
+		    ckpt_crc32c(0, rs->base + c->off, c->len) != idx->chunk_crc[c->k]) {
+			snprintf(err, errlen, "%s: checksum mismatch at shard offset %llu (chunk %llu)",
+				 where, (unsigned long long)c->off, (unsigned long long)c->k);
+			r = -CKPT_E_CORRUPT;
+			break;
+		}
+	}
+	free(refs);
+	return r;
+}
+
+/*
+ * The partner tier: a partner node's memory holds this node's ranks' shards
+ * of the newest committed step. What comes back is checked like a file: the
+ * index against the manifest's digest, every chunk against the index.
+ * Returns 1 when the slot holds a verified shard (idx filled), 0 when the
+ * partners do not have it or it does not verify (the root is next).
+ */
+static int try_partner(struct restore *rs, uint64_t step, const struct ckpt_manifest *m,
+		       struct ckpt_index *idx, const char *where)
+{
+	struct daemon *d = rs->c->d;
+	void *buf = NULL;
+	uint64_t ibytes = 0, sbytes = 0;
+	uint8_t sha[32];
+	char err[CKPT_REASON_MAX + 1] = "";
+	int r;
+
+	if (!peer_fetch_enabled(d))
+		return 0;
+	r = peer_fetch(d, rs->job->name, step, rs->rank, rs->base, rs->slot_bytes, &buf, &ibytes,
+		       &sbytes, err, sizeof(err));
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0)
+		goto bad;
+	store_sha256(buf, ibytes, sha);
+	if (memcmp(sha, m->ranks[rs->rank].index_sha256, 32) != 0) {
+		snprintf(err, sizeof(err), "its index does not match the manifest's digest");
+		goto bad;
+	}
+	r = ckpt_index_decode(buf, ibytes, idx);
+	if (r < 0) {
+		snprintf(err, sizeof(err), "its index does not decode: %s", strerror(-r));
+		goto bad;
+	}
+	if (idx->shard_bytes != sbytes || idx->step != step || idx->rank != rs->rank ||
+	    idx->shard_bytes != m->ranks[rs->rank].shard_bytes) {
+		snprintf(err, sizeof(err), "index, manifest and copy disagree");
+		ckpt_index_free(idx);
+		goto bad;
+	}
+	r = verify_in_memory(rs, idx, where, err, sizeof(err));
+	if (r < 0) {
+		ckpt_index_free(idx);
+		goto bad;
+	}
+	free(buf);
+	return 1;
+bad:
+	free(buf);
+	memset(idx, 0, sizeof(*idx));
+	log_warn("restore", "partner copy not used job=%s step=%llu rank=%u error=\"%s\"",
+		 rs->job->name, (unsigned long long)step, rs->rank, err);
+	return 0;
+}
+
 static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 {
 	struct ckpt_manifest m;
@@ -277,16 +361,22 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 		r = -CKPT_E_NO_CHECKPOINT;
 		goto out;
 	}
-	stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (stepfd < 0) {
-		r = -errno;
-		snprintf(err, errlen, "opening %s/%s: %s", rs->job->name, dn, strerror(-r));
-		goto out;
+	bool partner = !rs->s3m && try_partner(rs, step, &m, &idx, where) == 1;
+	if (partner) {
+		have_idx = true;
+	} else {
+		stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+		if (stepfd < 0) {
+			r = -errno;
+			snprintf(err, errlen, "opening %s/%s: %s", rs->job->name, dn, strerror(-r));
+			goto out;
+		}
+		r = store_read_index(stepfd, rs->rank, m.ranks[rs->rank].index_sha256, &idx, err,
+				     errlen);
+		if (r < 0)
+			goto out;
+		have_idx = true;
 	}
-	r = store_read_index(stepfd, rs->rank, m.ranks[rs->rank].index_sha256, &idx, err, errlen);
-	if (r < 0)
-		goto out;
-	have_idx = true;
 	if (idx.shard_bytes != m.ranks[rs->rank].shard_bytes || idx.step != step ||
 	    idx.rank != rs->rank) {
 		snprintf(err, errlen, "%s/%s: index and manifest disagree for rank %u",
@@ -305,9 +395,12 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 		r = -CKPT_E_TOO_BIG;
 		goto out;
 	}
-	r = read_and_verify(rs, stepfd, shard, &idx, where, err, errlen);
-	if (r < 0)
-		goto out;
+	if (!partner) {
+		r = read_and_verify(rs, stepfd, shard, &idx, where, err, errlen);
+		if (r < 0)
+			goto out;
+	}
+	rs->from_partner = partner;
 	ssize_t n = ckpt_table_encode(idx.table.tensors, idx.table.count, rs->base + toff,
 				      rs->slot_bytes - toff);
 	if (n < 0) {
@@ -685,6 +778,9 @@ static void restore_done(void *arg)
 	if (rs->adopted)
 		coord_adopt(rs->job, rs->ok.step);
 	c->d->busy--;
+	if (rs->result == 0)
+		metrics_add(M_RESTORE_BYTES_TOTAL, (double)rs->ok.data_bytes, rs->job->name,
+			    rs->from_partner ? "partner" : rs->from_s3 ? "s3" : "root");
 	metrics_inc(M_RESTORES_TOTAL, rs->job->name,
 		    rs->result < 0 ? "failed"
 		    : rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? "fell_back" : "ok");
@@ -695,9 +791,10 @@ static void restore_done(void *arg)
 			c->slot_state[rs->slot] = SLOT_RESTORED;
 			m.type = CKPT_MSG_RESTORE_OK;
 			m.u.restore_ok = rs->ok;
-			log_info("restore", "restored job=%s step=%llu rank=%u bytes=%llu%s",
+			log_info("restore", "restored job=%s step=%llu rank=%u bytes=%llu tier=%s%s",
 				 rs->job->name, (unsigned long long)rs->ok.step, rs->rank,
 				 (unsigned long long)rs->ok.data_bytes,
+				 rs->from_partner ? "partner" : rs->from_s3 ? "s3" : "root",
 				 rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? " fell_back=1" : "");
 		} else {
 			c->slot_state[rs->slot] = SLOT_CLIENT;

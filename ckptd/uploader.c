@@ -643,9 +643,12 @@ static void scan_plan(struct task *t)
 	for (size_t i = 0; i < j->n_s3; i++)
 		if (!steps_has(root, n_root, j->s3_steps[i]))
 			all[n_all++] = j->s3_steps[i];
+	/* In a multi-node group the leader uploads, deletes and aborts; the
+	 * others only keep S3's view for their restores. */
+	bool leader = coord_is_leader(u->d);
 	/* Newest first: the step a restore wants most is safe soonest. */
 	unsigned queued = 0;
-	for (size_t i = n_root; i-- > 0;) {
+	for (size_t i = leader ? n_root : 0; i-- > 0;) {
 		uint64_t s = root[i];
 		if (steps_has(j->s3_steps, j->n_s3, s) || !policy_keeps(u, all, n_all, s) ||
 		    task_find(u, TASK_UPLOAD, j->name, s))
@@ -660,6 +663,10 @@ static void scan_plan(struct task *t)
 	free(root);
 	free(all);
 	queue_metrics(u);
+	if (!leader) {
+		t->phase = SCAN_DONE;
+		return;
+	}
 	queue_deletions(u, j);
 	t->phase = SCAN_ABORT;
 }
@@ -700,6 +707,10 @@ static void scan_step(struct task *t)
 		scan_plan(t);
 		if (t->err) {
 			task_failed(t);
+			return;
+		}
+		if (t->phase == SCAN_DONE) {
+			task_finish(t);
 			return;
 		}
 		/* fall through */

@@ -6,7 +6,7 @@
 # another group's cluster hash, a wrong receiver or sender epoch, votes
 # whose sizes or index digest lie about the shard files on the root, and a
 # COMMITTED from a node that is not the leader. Each one is logged as
-# rejected and counted in ckptd_peer_rejected_total; the lying votes'
+# rejected and counted in ckpt_peer_rejected_total; the lying votes'
 # step never gets a manifest and no rank hears it committed; the group
 # stays whole and a normal step commits afterwards.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -34,19 +34,19 @@ expect_rejected() {
 	shift 3
 	[ "$reason" = any ] || labels="reason=$reason"
 	# shellcheck disable=SC2086
-	before=$(metric "$k" ckptd_peer_rejected_total $labels)
+	before=$(metric "$k" ckpt_peer_rejected_total $labels)
 	total_before=$(rejected "$k")
 	lines=$(rejected_lines "$k")
 	forge --to "$k" "$@"
 	for i in $(seq 1 50); do
 		# shellcheck disable=SC2086
-		got=$(metric "$k" ckptd_peer_rejected_total $labels)
+		got=$(metric "$k" ckpt_peer_rejected_total $labels)
 		[ "${got%.*}" -gt "${before%.*}" ] 2>/dev/null && [ "$(rejected_lines "$k")" -gt "$lines" ] && break
 		sleep 0.2
 	done
 	total=$(rejected "$k")
 	if ! [ "${got%.*}" -gt "${before%.*}" ] 2>/dev/null; then
-		metrics "$k" | grep '^ckptd_peer_rejected' >&2
+		metrics "$k" | grep '^ckpt_peer_rejected' >&2
 		fail "$what: node $k did not count it under reason $reason ($before -> $got; all reasons $total_before -> $total)"
 	fi
 	[ "$(rejected_lines "$k")" -gt "$lines" ] || fail "$what: node $k did not log a rejection"
@@ -78,9 +78,9 @@ expect_rejected 0 malformed "a vote of rank 9 of 6" --from 1 --type vote --job f
 	--world 6 --rank 9 --index-bytes 4096 --shard-bytes 8192
 expect_rejected 1 cluster "a heartbeat of another group" --from 0 --type heartbeat \
 	--cluster-hash-of "other-$CLUSTER_ID"
-expect_rejected 0 epoch "a heartbeat to another incarnation of node 0" --from 1 --type heartbeat \
+expect_rejected 0 stale "a heartbeat to another incarnation of node 0" --from 1 --type heartbeat \
 	--to-epoch "$(printf '%016x' $((0x$e0 ^ 0x5a5a)))"
-expect_rejected 0 any "a heartbeat from another incarnation of node 2" --from 2 --type heartbeat \
+expect_rejected 0 epoch "a heartbeat from another incarnation of node 2" --from 2 --type heartbeat \
 	--from-epoch 0123456789abcdef
 cluster_wait_whole 10
 

@@ -63,8 +63,8 @@ kill -9 "${CRANK_PID[2]}" "${CRANK_PID[3]}" 2>/dev/null
 
 ckptd_alive n0 || fail "node 0's daemon died with node 1's"
 ckptd_alive n2 || fail "node 2's daemon died with node 1's"
-wait_metric 0 ckptd_peer_up node=1 -eq 0 15
-wait_metric 2 ckptd_peer_up node=1 -eq 0 15
+wait_metric 0 ckpt_peer_up node=1 -eq 0 15
+wait_metric 2 ckpt_peer_up node=1 -eq 0 15
 no_manifest_for "$JOB" 2 2
 expect_latest "$JOB" 1
 

@@ -34,7 +34,7 @@ log "killed the job after step $(grep -Eo '^step [0-9]+' "$T/run1.log" | tail -n
 # copies of the newest committed step arrive.
 prev=
 for i in $(seq 1 40); do
-	cur="$(committed_steps "$JOB" | tail -n 1) $(metric 2 ckptd_partner_bytes)"
+	cur="$(committed_steps "$JOB" | tail -n 1) $(metric 2 ckpt_partner_bytes)"
 	[ "$cur" = "$prev" ] && [ "${cur#* }" != 0 ] && break
 	prev=$cur
 	sleep 0.5
@@ -42,9 +42,9 @@ done
 floor=$(committed_steps "$JOB" | tail -n 1)
 [ -n "$floor" ] && [ "$floor" -ge "$target" ] || fail "newest committed step '$floor' < $target"
 [ "$floor" -lt $STEPS ] || fail "the job finished before it was killed; make it slower"
-pb=$(metric 2 ckptd_partner_bytes)
+pb=$(metric 2 ckpt_partner_bytes)
 log "newest committed step $floor; node 2 holds $pb bytes of partner copies"
-[ "${pb%.*}" -gt 0 ] 2>/dev/null || fail "node 2 holds no partner copy (ckptd_partner_bytes $pb)"
+[ "${pb%.*}" -gt 0 ] 2>/dev/null || fail "node 2 holds no partner copy (ckpt_partner_bytes $pb)"
 
 log "node 1 is lost: kill -9 its daemon, wipe its node-local directory, start a fresh one"
 ckptd_kill9 n1
@@ -52,7 +52,7 @@ rm -rf "$(node_dir 1)"
 node_start 1
 cluster_wait_whole 30
 for t in partner root s3; do
-	v=$(metric 1 ckptd_restore_bytes_total job=nl tier=$t)
+	v=$(metric 1 ckpt_restore_bytes_total ckpt_job=nl tier=$t)
 	[ "$v" = 0 ] || fail "the fresh node 1 daemon starts with restore bytes $v of tier $t"
 done
 
@@ -66,8 +66,8 @@ for r in $(seq 0 $((NP - 1))); do
 		fail "rank $r: final state differs between the straight and the resumed run"
 done
 
-partner=$(metric 1 ckptd_restore_bytes_total job=nl tier=partner)
-root=$(metric 1 ckptd_restore_bytes_total job=nl tier=root)
+partner=$(metric 1 ckpt_restore_bytes_total ckpt_job=nl tier=partner)
+root=$(metric 1 ckpt_restore_bytes_total ckpt_job=nl tier=root)
 log "node 1 restored $partner bytes from partner memory, $root from the root"
 [ "${partner%.*}" -gt 0 ] 2>/dev/null || fail "node 1 restored nothing from partner memory (tier=partner $partner)"
 [ "$root" = 0 ] || fail "node 1 read $root bytes from the root, expected all from partner memory"

@@ -115,14 +115,14 @@ peers_up() {
 	local k=$1 j n=0 v
 	for j in $(seq 0 $((NODES - 1))); do
 		[ "$j" = "$k" ] && continue
-		v=$(metric "$k" ckptd_peer_up node="$j")
+		v=$(metric "$k" ckpt_peer_up node="$j")
 		[ "${v%.*}" = 1 ] && n=$((n + 1))
 	done
 	echo "$n"
 }
 
 # cluster_wait_whole [SECS]: every running daemon reports every other node
-# up (ckptd_peer_up{node="J"} 1), within SECS (30).
+# up (ckpt_peer_up{node="J"} 1), within SECS (30).
 cluster_wait_whole() {
 	local secs=${1:-30} i k ok
 	for i in $(seq 1 $((secs * 4))); do
@@ -135,7 +135,7 @@ cluster_wait_whole() {
 		sleep 0.25
 	done
 	for k in $(seq 0 $((NODES - 1))); do
-		metrics "$k" | grep '^ckptd_peer' | sed "s/^/node $k: /" >&2
+		metrics "$k" | grep '^ckpt_peer' | sed "s/^/node $k: /" >&2
 	done
 	fail "the group of $NODES nodes was not whole within $secs s"
 }
@@ -192,8 +192,8 @@ no_manifest_for() {
 	done
 }
 
-# rejected NODE: ckptd_peer_rejected_total summed over reasons on NODE.
-rejected() { metric "$1" ckptd_peer_rejected_total; }
+# rejected NODE: ckpt_peer_rejected_total summed over reasons on NODE.
+rejected() { metric "$1" ckpt_peer_rejected_total; }
 
 # cluster_train_wrapper: from now on lib-train.sh's train_run/train_start
 # start each MPI rank on its node's daemon: CKPT_TRAIN becomes a wrapper

@@ -54,7 +54,13 @@ struct node {
 	uint64_t epoch;          /* its incarnation, 0 unknown */
 	uint64_t file_epoch;     /* epoch of the rendezvous file last read */
 	int64_t last_heard_ns;
+	/* Control messages the provider had no room for yet, in order. Per
+	 * node: a peer that does not take messages must not hold up others. */
+	struct op *pending_head, *pending_tail;
+	unsigned pending;
 };
+
+#define PENDING_MAX 256
 
 enum op_kind { OP_CTRL_RECV, OP_CTRL_SEND, OP_PIECE_SEND, OP_PIECE_RECV };
 
@@ -161,7 +167,7 @@ struct peerlink {
 	struct op ctrl[CTRL_RECVS];
 	uint8_t *ctrl_bufs;
 	struct fid_mr *ctrl_mr;
-	struct op *pending_head, *pending_tail;
+	unsigned pending;        /* over all nodes */
 	struct xfer *xfers;
 	struct pentry *store;
 	uint64_t store_bytes;
@@ -275,12 +281,16 @@ static int op_post(struct peerlink *pl, struct op *op)
 
 static void pending_push(struct peerlink *pl, struct op *op)
 {
+	struct node *nd = &pl->nodes[op->node];
+
 	op->next = NULL;
-	if (pl->pending_tail)
-		pl->pending_tail->next = op;
+	if (nd->pending_tail)
+		nd->pending_tail->next = op;
 	else
-		pl->pending_head = op;
-	pl->pending_tail = op;
+		nd->pending_head = op;
+	nd->pending_tail = op;
+	nd->pending++;
+	pl->pending++;
 }
 
 static void op_free(struct op *op)
@@ -326,7 +336,13 @@ static int send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m)
 	op->len = (size_t)len;
 	op->node = node;
 	mr_desc(pl, op->buf, op->len, FI_SEND, &op->mr);
-	if (pl->pending_head) {
+	if (nd->pending >= PENDING_MAX) {
+		log_debug("peer", "dropping %s to node=%u: %u messages wait for it",
+			  peer_type_name(m->h.type), node, nd->pending);
+		op_free(op);
+		return -ENOBUFS;
+	}
+	if (nd->pending_head) {
 		pending_push(pl, op);
 		return 0;
 	}
@@ -837,6 +853,7 @@ static void xfer_register(struct peerlink *pl, struct xfer *x, bool send)
 }
 
 static void pentry_drop(struct peerlink *pl, struct pentry *pe);
+static void pending_drop(struct peerlink *pl, uint32_t k);
 static void fetch_next(struct peerlink *pl, struct fetch_req *rq);
 static void fetch_complete(struct peerlink *pl, struct fetch_req *rq, int result,
 			   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
@@ -1508,6 +1525,7 @@ static void node_lost(struct peerlink *pl, uint32_t k, const char *why)
 	bool was_up = nd->up;
 
 	nd->up = false;
+	pending_drop(pl, k);
 	if (was_up) {
 		log_warn("peer", "peer lost node=%u reason=\"%s\"", k, why);
 		node_metric(pl, k, false);
@@ -1539,7 +1557,9 @@ static void on_hello(struct peerlink *pl, const struct peer_msg *m)
 	if (nd->epoch && nd->epoch != m->h.from_epoch) {
 		/* The same node, a new daemon: what the old one voted for is
 		 * gone with it. */
-		nd->up = true; /* so that node_lost logs it */
+		if (!nd->up)
+			log_info("peer", "peer restarted node=%u epoch=%016llx", k,
+				 (unsigned long long)m->h.from_epoch);
 		node_lost(pl, k, "restarted");
 	}
 	if (node_set_addr(pl, k, m->addr, m->addr_len) < 0) {
@@ -1584,6 +1604,15 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 	if (m.h.type == PEER_HELLO || m.h.type == PEER_HELLO_ACK) {
 		on_hello(pl, &m);
 		return;
+	}
+	if (!nd->up && nd->epoch && m.h.from_epoch == nd->epoch) {
+		/* The same incarnation, heard again after it was given up
+		 * for lost (a stall, a partition that healed): up again. The
+		 * steps open when it was lost have failed already. */
+		nd->up = true;
+		log_info("peer", "peer up again node=%u epoch=%016llx", k,
+			 (unsigned long long)nd->epoch);
+		node_metric(pl, k, true);
 	}
 	if (!nd->up || m.h.from_epoch != nd->epoch) {
 		reject(pl, "epoch", "%s from node %u epoch %016llx, which is not the one this daemon "
@@ -1718,18 +1747,42 @@ static void drain_cq(struct peerlink *pl)
 	}
 }
 
+static void pending_pop(struct peerlink *pl, struct node *nd)
+{
+	struct op *op = nd->pending_head;
+
+	nd->pending_head = op->next;
+	if (!nd->pending_head)
+		nd->pending_tail = NULL;
+	nd->pending--;
+	pl->pending--;
+}
+
 static void retry_pending(struct peerlink *pl)
 {
-	while (pl->pending_head) {
-		struct op *op = pl->pending_head;
-		int r = op_post(pl, op);
-		if (r == -FI_EAGAIN)
-			return;
-		pl->pending_head = op->next;
-		if (!pl->pending_head)
-			pl->pending_tail = NULL;
-		if (r < 0)
-			op_free(op);
+	for (uint32_t k = 0; k < pl->n && pl->pending; k++) {
+		struct node *nd = &pl->nodes[k];
+		while (nd->pending_head) {
+			struct op *op = nd->pending_head;
+			int r = op_post(pl, op);
+			if (r == -FI_EAGAIN)
+				break;
+			pending_pop(pl, nd);
+			if (r < 0)
+				op_free(op);
+		}
+	}
+}
+
+/* What waits for a lost node will not be wanted when it is back. */
+static void pending_drop(struct peerlink *pl, uint32_t k)
+{
+	struct node *nd = &pl->nodes[k];
+
+	while (nd->pending_head) {
+		struct op *op = nd->pending_head;
+		pending_pop(pl, nd);
+		op_free(op);
 	}
 }
 
@@ -1811,7 +1864,7 @@ int peer_poll_ms(struct daemon *d)
 	if (!pl)
 		return -1;
 	peer_dispatch(d);
-	if (pl->xfers || pl->pending_head || pl->cq_fd < 0)
+	if (pl->xfers || pl->pending || pl->cq_fd < 0)
 		return 1;
 	struct fid *fids[1] = { &pl->cq->fid };
 	for (int i = 0; i < 4; i++) {
@@ -2038,11 +2091,8 @@ void peer_fini(struct daemon *d)
 		mr_close(&x->mr_shard);
 		free(x);
 	}
-	while (pl->pending_head) {
-		struct op *op = pl->pending_head;
-		pl->pending_head = op->next;
-		op_free(op);
-	}
+	for (uint32_t k = 0; k < pl->n; k++)
+		pending_drop(pl, k);
 	while (pl->store) {
 		struct pentry *pe = pl->store;
 		pl->store = pe->next;

@@ -343,9 +343,18 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 		if (m->blob_bytes > m->shard_bytes)
 			return fail(err, errlen, -EBADMSG, "blob larger than its shard");
 	}
-	if ((m->h.type == PEER_COPY_OFFER || m->h.type == PEER_FETCH_HAVE) && m->status == 1 &&
-	    (m->piece_bytes < 4096 || m->piece_bytes > (1u << 30)))
-		return fail(err, errlen, -EBADMSG, "piece size %u", m->piece_bytes);
+	/* An offer sets up a transfer whatever its status says (the receiver
+	 * does not look at it), as does a FETCH_HAVE that holds the copy. */
+	if (m->h.type == PEER_COPY_OFFER || (m->h.type == PEER_FETCH_HAVE && m->status == 1)) {
+		if (m->piece_bytes < 4096 || m->piece_bytes > (1u << 30))
+			return fail(err, errlen, -EBADMSG, "piece size %u", m->piece_bytes);
+		/* Pieces 1.. are numbered in the tag's low bits; this also
+		 * keeps shard + index bytes far from overflowing. */
+		if (m->shard_bytes > ((1ull << PEER_TAG_PIECE_BITS) - 1) * m->piece_bytes)
+			return fail(err, errlen, -EBADMSG,
+				    "a %llu-byte shard in %u-byte pieces: more pieces than a tag "
+				    "numbers", (unsigned long long)m->shard_bytes, m->piece_bytes);
+	}
 	if (m->h.type >= PEER_COPY_OFFER && (m->xfer == 0 || m->xfer > PEER_XFER_MASK))
 		return fail(err, errlen, -EBADMSG, "transfer id out of range");
 	return 0;

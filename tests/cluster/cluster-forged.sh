@@ -1,14 +1,16 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 # Forged and malformed peer messages, sent by ckpt-peer-forge from its own
-# libfabric endpoint to the daemons of a 3-node group: garbage, a wrong or
+# libfabric endpoint to the daemons of a 3-node group. Garbage, a wrong or
 # missing key, a bit flipped after signing, a field a type must not have,
-# another group's cluster hash, a wrong receiver or sender epoch, votes
-# whose sizes or index digest lie about the shard files on the root, and a
-# COMMITTED from a node that is not the leader. Each one is logged as
-# rejected and counted in ckpt_peer_rejected_total; the lying votes'
-# step never gets a manifest and no rank hears it committed; the group
-# stays whole and a normal step commits afterwards.
+# another group's cluster hash, a wrong receiver or sender epoch, a second
+# vote for a rank that already voted, a COMMITTED or ABORT from a node that
+# does not lead: each is logged as rejected and counted under its reason in
+# ckpt_peer_rejected_total. Votes that complete a step but lie (an index
+# digest or a shard size that the files on the root do not bear out, an old
+# shard replayed) make the leader refuse the commit: no manifest, and the
+# other ranks are told the step failed. The group stays whole throughout and
+# a normal step commits afterwards.
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/lib-cluster.sh"
 
@@ -24,7 +26,9 @@ forge() {
 		>>"$T/forge.log" 2>&1 || fail "ckpt-peer-forge $* exited $? (see forge.log)"
 }
 
-rejected_lines() { grep -c rejected "$T/ckptd-n$1.log"; }
+# What a rejection's log line matches (a test may widen it for one case).
+REJECT_RE=rejected
+rejected_lines() { grep -Ec "$REJECT_RE" "$T/ckptd-n$1.log"; }
 
 # expect_rejected NODE REASON WHAT [forge options without --to]: the message
 # sent to NODE is counted under REASON ("any": under some reason) and its
@@ -50,7 +54,7 @@ expect_rejected() {
 		fail "$what: node $k did not count it under reason $reason ($before -> $got; all reasons $total_before -> $total)"
 	fi
 	[ "$(rejected_lines "$k")" -gt "$lines" ] || fail "$what: node $k did not log a rejection"
-	log "$what: node $k rejected it: $(grep rejected "$T/ckptd-n$k.log" | tail -n 1)"
+	log "$what: node $k rejected it: $(grep -E "$REJECT_RE" "$T/ckptd-n$k.log" | tail -n 1)"
 }
 
 cluster_start
@@ -84,56 +88,104 @@ expect_rejected 0 epoch "a heartbeat from another incarnation of node 2" --from 
 	--from-epoch 0123456789abcdef
 cluster_wait_whole 10
 
-log "step 2: ranks of nodes 0 and 2 save it; node 1's votes are forged"
-cluster_ranks s2 "0 1 4 5" "${DATA[@]}" --steps 2 --timeout-ms 20000
-for r in 0 1 4 5; do
-	for i in $(seq 1 300); do
-		grep -q "rank $r step 2 accepted" "$T/s2-$r.log" 2>/dev/null && break
-		sleep 0.1
+# wait_accepted STEP "RANKS": those ranks (log sSTEP-R) handed STEP over.
+wait_accepted() {
+	local r i
+	for r in $2; do
+		for i in $(seq 1 300); do
+			grep -q "rank $r step $1 accepted" "$T/s$1-$r.log" 2>/dev/null && break
+			sleep 0.1
+		done
+		grep -q "rank $r step $1 accepted" "$T/s$1-$r.log" || fail "rank $r did not hand over step $1"
 	done
-	grep -q "rank $r step 2 accepted" "$T/s2-$r.log" || fail "rank $r did not hand over step 2"
-done
-# Files for ranks 2 and 3 on the root that node 1 never wrote (step 1's):
-# the forged votes describe them, but lie about their sizes or digest.
-S2=$(stepdir "$JOB" 2)
-mkdir -p "$S2"
-for r in 2 3; do
+}
+
+# replay_files STEP RANK: rank RANK's step-1 shard and index, put into STEP's
+# directory on the root (where node 1 never wrote them).
+replay_files() {
+	local d x
+	d=$(stepdir "$JOB" "$1")
+	mkdir -p "$d"
 	for x in shard index; do
-		cp "$S1/$(printf "rank-%06d.$x" $r)" "$S2/$(printf "rank-%06d.$x" $r)"
+		cp "$S1/$(printf "rank-%06d.$x" "$2")" "$d/$(printf "rank-%06d.$x" "$2")"
 	done
+}
+
+# expect_step_failed STEP "RANKS" WHY: the ranks (started with --expect-fail
+# STEP) were told STEP failed, the leader logged why, no manifest exists.
+expect_step_failed() {
+	cluster_wait "s$1" "$2"
+	grep -q "step abandoned job=fg step=$1 .*$3" "$T/ckptd-n0.log" ||
+		fail "the leader did not abandon step $1 because of: $3"
+	[ -e "$(stepdir "$JOB" "$1")/MANIFEST.json" ] && fail "step $1 was committed"
+	log "step $1 not committed: $(grep -o "step abandoned job=fg step=$1 .*" "$T/ckptd-n0.log" | head -n 1)"
+}
+
+VOTE=(--type vote --job fg --world 6)
+
+log "step 2: every rank's vote is in, but node 1's were forged: one lies about its index digest"
+cluster_ranks s2 "0 1 4 5" "${DATA[@]}" --steps 2 --expect-fail 2 --timeout-ms 30000
+wait_accepted 2 "0 1 4 5"
+replay_files 2 2
+replay_files 2 3
+S2=$(stepdir "$JOB" 2)
+forge --to 0 --from 1 "${VOTE[@]}" --step 2 --rank 3 --index-file "$S2/rank-000003.index" \
+	--shard-file "$S2/rank-000003.shard"
+forge --to 0 --from 1 "${VOTE[@]}" --step 2 --rank 2 --index-file "$S2/rank-000002.index" \
+	--shard-file "$S2/rank-000002.shard" --index-sha256 "$(printf 'ab%.0s' $(seq 1 32))"
+expect_step_failed 2 "0 1 4 5" "commit failed: rank [23]"
+
+log "step 3: node 1's rank 2 votes for real; rank 3's forged vote replays an old shard and lies about its size"
+cluster_ranks s3 "0 1 2 4 5" "${DATA[@]}" --steps 3 --expect-fail 3 --timeout-ms 30000
+wait_accepted 3 "0 1 2 4 5"
+replay_files 3 3
+S3=$(stepdir "$JOB" 3)
+forge --to 0 --from 1 "${VOTE[@]}" --step 3 --rank 3 --index-file "$S3/rank-000003.index" \
+	--shard-bytes $(($(stat -c %s "$S3/rank-000003.shard") + 4096))
+expect_step_failed 3 "0 1 2 4 5" "commit failed: rank 3"
+
+log "step 4: a forged second vote for a rank that already voted"
+cluster_ranks s4 "0 1 2 4 5" "${DATA[@]}" --steps 4 --expect-fail 4 --timeout-ms 30000
+wait_accepted 4 "0 1 2 4 5"
+for i in $(seq 1 100); do
+	grep -q "durable job=fg step=4 rank=2" "$T/ckptd-n1.log" && break
+	sleep 0.1
 done
-LIE=(--type vote --from 1 --job fg --step 2 --world 6)
-expect_rejected 0 any "a vote whose index digest does not match the file on the root" "${LIE[@]}" \
-	--rank 2 --index-file "$S2/rank-000002.index" --shard-file "$S2/rank-000002.shard" \
-	--index-sha256 "$(printf 'ab%.0s' $(seq 1 32))"
-expect_rejected 0 any "a vote whose shard size does not match the file on the root" "${LIE[@]}" \
-	--rank 3 --index-file "$S2/rank-000003.index" \
-	--shard-bytes $(($(stat -c %s "$S2/rank-000003.shard") + 4096))
-no_manifest_for "$JOB" 2 3
-expect_rejected 2 any "a COMMITTED from node 1, which is not the leader" --type committed --from 1 \
-	--job fg --step 2 --world 6
-expect_rejected 1 any "a COMMITTED from node 2, which is not the leader" --type committed --from 2 \
-	--job fg --step 2 --world 6
-no_manifest_for "$JOB" 2 2
+sleep 0.5 # node 1's vote reaches the leader
+# The leader counts it as a conflict and abandons the step, saying why.
+REJECT_RE="rejected|voted twice"
+expect_rejected 0 conflict "a second vote for rank 2, from node 2" "${VOTE[@]}" --from 2 --step 4 \
+	--rank 2 --index-file "$S1/rank-000002.index" --shard-file "$S1/rank-000002.shard"
+REJECT_RE=rejected
+expect_step_failed 4 "0 1 2 4 5" "voted twice"
+
+log "step 5: COMMITTED and ABORT from nodes that do not lead"
+cluster_ranks s5 "0 1 4 5" "${DATA[@]}" --steps 5 --timeout-ms 15000
+wait_accepted 5 "0 1 4 5"
+expect_rejected 2 conflict "a COMMITTED from node 1" --type committed --from 1 --job fg --step 5 --world 6
+expect_rejected 1 conflict "a COMMITTED from node 2" --type committed --from 2 --job fg --step 5 --world 6
+expect_rejected 2 conflict "an ABORT from node 1" --type abort --from 1 --job fg --step 5 --world 6 \
+	--status -125 --reason forged
+no_manifest_for "$JOB" 5 2
 for r in 0 1 4 5; do
-	grep -q "step 2 committed" "$T/s2-$r.log" && fail "rank $r was told step 2 committed"
+	grep -Eq "step 5 (committed|FAILED)" "$T/s5-$r.log" &&
+		fail "rank $r was told an outcome of step 5: $(grep 'step 5' "$T/s5-$r.log")"
 done
 for r in 0 1 4 5; do
 	kill -9 "${CRANK_PID[$r]}" 2>/dev/null
 	wait "${CRANK_PID[$r]}" 2>/dev/null
 done
-[ -e "$S2/MANIFEST.json" ] && fail "step 2 was committed"
 for k in 0 1 2; do
 	ckptd_alive n$k || fail "node $k's daemon died"
 done
 cluster_wait_whole 10
 
-log "step 3 commits normally"
-run_cluster_ranks s3 "${DATA[@]}" --steps 3 --wait
-expect_committed "$JOB" "1 3"
-expect_latest "$JOB" 3
-verify "$JOB" 3
-run_cluster_ranks r3 "${DATA[@]}" --restore latest --expect-step 3
+log "step 6 commits normally"
+run_cluster_ranks s6 "${DATA[@]}" --steps 6 --wait
+expect_committed "$JOB" "1 6"
+expect_latest "$JOB" 6
+verify "$JOB" 6
+run_cluster_ranks r6 "${DATA[@]}" --restore latest --expect-step 6
 for k in 0 1 2; do
 	log "node $k: $(rejected $k) peer messages rejected"
 done

@@ -60,6 +60,7 @@ log "ranks of nodes 0 and 2 saw step 2 fail after $((($(date +%s%N) - t0) / 1000
 grep -h "step 2 FAILED" "$T"/s2-[0145].log | head -n 4
 # Node 1's ranks lost their daemon; their outcome is not this test's point.
 kill -9 "${CRANK_PID[2]}" "${CRANK_PID[3]}" 2>/dev/null
+wait "${CRANK_PID[2]}" "${CRANK_PID[3]}" 2>/dev/null
 
 ckptd_alive n0 || fail "node 0's daemon died with node 1's"
 ckptd_alive n2 || fail "node 2's daemon died with node 1's"
@@ -73,6 +74,13 @@ cluster_ranks r1 "0 1 4 5" "${DATA[@]}" --restore latest --expect-step 1 --timeo
 cluster_wait r1 "0 1 4 5"
 cluster_ranks r1b "0 5" "${DATA[@]}" --restore 1 --expect-step 1 --timeout-ms 60000
 cluster_wait r1b "0 5"
+# Several peer timeouts after node 1 died, the survivors still see each
+# other: a dead node takes only its own link down.
+[ "$(metric 0 ckpt_peer_up node=2)" = 1 ] || fail "node 0 lost node 2 when node 1 died"
+[ "$(metric 2 ckpt_peer_up node=0)" = 1 ] || fail "node 2 lost node 0 when node 1 died"
+for r in 4 5; do
+	grep -q "node 0 lost" "$T/s2-$r.log" && fail "rank $r was told node 0 was lost: $(grep 'step 2' "$T/s2-$r.log")"
+done
 
 log "restart node 1's daemon"
 node_start 1

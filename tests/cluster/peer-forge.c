@@ -430,6 +430,16 @@ int main(int argc, char **argv)
 				goto bad;
 			have_sha = true;
 			break;
+		case O_STATUS: {
+			char *end;
+
+			errno = 0;
+			long long sv = strtoll(a, &end, 0);
+			if (errno || end == a || *end || sv < INT32_MIN || sv > INT32_MAX)
+				goto bad;
+			m.status = (int32_t)sv;
+			break;
+		}
 		case O_TOEPOCH:
 		case O_FROMEPOCH:
 			if (parse_num(a, 16, &v) < 0)
@@ -461,7 +471,6 @@ int main(int argc, char **argv)
 			case O_BLOB: m.blob_bytes = v; break;
 			case O_INDEXB: m.index_bytes = v; have_index_bytes = true; break;
 			case O_CRC: m.blob_crc32c = (uint32_t)v; break;
-			case O_STATUS: m.status = (int32_t)v; break;
 			case O_XFER: m.xfer = v; break;
 			case O_PIECE: m.piece_bytes = (uint32_t)v; break;
 			case O_COUNT: count = v; break;

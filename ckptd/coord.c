@@ -645,7 +645,7 @@ static int remote_vote_check(int stepfd, struct job *job, struct step *st, uint3
 	r = store_read_index(stepfd, rank, v->index_sha256, &idx, e, sizeof(e));
 	if (r < 0) {
 		snprintf(err, errlen, "rank %u (voted by node %u): %s", rank, v->node, e);
-		return r;
+		return r == -ENOMEM || r == -EIO ? r : -CKPT_E_CORRUPT;
 	}
 	ckpt_shard_filename(name, sizeof(name), rank);
 	if (idx.step != st->step || idx.rank != rank || idx.world_size != st->world_size ||
@@ -966,6 +966,9 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 		return; /* committing: every vote is in already */
 	if (st->world_size != m->world_size) {
 		metrics_inc(M_PEER_REJECTED_TOTAL, "conflict");
+		log_warn("peer", "message rejected reason=conflict detail=\"VOTE of node %u for a "
+			 "world of %u ranks, step %llu of job %s has %u\"", node, m->world_size,
+			 (unsigned long long)m->step, job->name, st->world_size);
 		coord_fail(st, -CKPT_E_ABORTED, "node %u voted for a world of %u ranks, step %llu "
 			   "has %u", node, m->world_size, (unsigned long long)m->step,
 			   st->world_size);
@@ -976,6 +979,9 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 		if (have->node == node && memcmp(have->index_sha256, m->index_sha256, 32) == 0)
 			return; /* the same vote again */
 		metrics_inc(M_PEER_REJECTED_TOTAL, "conflict");
+		log_warn("peer", "message rejected reason=conflict detail=\"VOTE of node %u for rank "
+			 "%u of step %llu of job %s, which node %u voted with another shard\"", node,
+			 m->rank, (unsigned long long)m->step, job->name, have->node);
 		coord_fail(st, -CKPT_E_ABORTED, "rank %u of step %llu voted twice, by node %u and "
 			   "by node %u, with different shards", m->rank, (unsigned long long)m->step,
 			   have->node, node);
@@ -1057,12 +1063,26 @@ void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
 	if (!leader && node != 0)
 		return;
 	for (struct job *job = d->jobs; job; job = job->next) {
-		for (struct step *st = job->steps; st; st = st->next) {
-			if (st->state != STEP_OPEN)
-				continue;
-			st->abort_from_peer = !leader;
-			coord_fail(st, -CKPT_E_ABORTED, "node %u lost (%s): step %llu cannot commit",
-				   node, why, (unsigned long long)st->step);
+		/* Failing a step may prune older failed ones from the list:
+		 * take the open ones first. */
+		size_t n = 0, i = 0;
+		for (struct step *st = job->steps; st; st = st->next)
+			n += st->state == STEP_OPEN;
+		if (n == 0)
+			continue;
+		struct step **open = calloc(n, sizeof(*open));
+		if (!open) {
+			log_error("coord", "out of memory failing the steps of job=%s", job->name);
+			continue;
 		}
+		for (struct step *st = job->steps; st && i < n; st = st->next)
+			if (st->state == STEP_OPEN)
+				open[i++] = st;
+		for (i = 0; i < n; i++) {
+			open[i]->abort_from_peer = !leader;
+			coord_fail(open[i], -CKPT_E_ABORTED, "node %u lost (%s): step %llu cannot "
+				   "commit", node, why, (unsigned long long)open[i]->step);
+		}
+		free(open);
 	}
 }

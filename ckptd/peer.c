@@ -1605,6 +1605,14 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		on_hello(pl, &m);
 		return;
 	}
+	if (m.h.to_epoch != pl->epoch) {
+		/* For an earlier daemon on this node (e.g. a heartbeat that
+		 * crossed this one's HELLO): the sender learns who is here. */
+		reject(pl, "stale", "%s from node %u for an earlier incarnation of this daemon",
+		       peer_type_name(m.h.type), k);
+		send_hello(pl, k, false);
+		return;
+	}
 	if (!nd->up && nd->epoch && m.h.from_epoch == nd->epoch) {
 		/* The same incarnation, heard again after it was given up
 		 * for lost (a stall, a partition that healed): up again. The
@@ -1620,11 +1628,6 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		       (unsigned long long)m.h.from_epoch, (unsigned long long)nd->epoch);
 		/* It may not know us: introduce ourselves. */
 		send_hello(pl, k, false);
-		return;
-	}
-	if (m.h.to_epoch != pl->epoch) {
-		reject(pl, "stale", "%s from node %u for an earlier incarnation of this daemon",
-		       peer_type_name(m.h.type), k);
 		return;
 	}
 	nd->last_heard_ns = now_ns();

@@ -332,6 +332,8 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 		    (m->world_size && m->rank >= m->world_size))
 			return fail(err, errlen, -EBADMSG, "rank %u of a world of %u", m->rank,
 				    m->world_size);
+		if (m->step == CKPT_NO_STEP)
+			return fail(err, errlen, -EBADMSG, "%s without a step", peer_type_name(m->h.type));
 	} else if (m->job[0]) {
 		return fail(err, errlen, -EBADMSG, "%s with a job", peer_type_name(m->h.type));
 	}

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # ckpt end to end, in one command: install the dependencies, build, start
-# ckptd, train ckpt-train (a byte-level language model, data-parallel over
-# 4 MPI ranks, on the Japanese manual pages) with an asynchronous
+# two ckptd daemons as two "nodes" of one group (their own sockets, one
+# shared checkpoint root, a libfabric peer link on loopback), train
+# ckpt-train (a byte-level language model, data-parallel over 4 MPI ranks,
+# two per node, on the Japanese manual pages) with an asynchronous
 # checkpoint every 50 steps, crash the whole job (SIGKILL of mpirun and
-# every rank) mid-run, inspect what survived, restart the job so that it
-# resumes from the newest committed manifest, watch the loss carry on,
-# and verify the whole checkpoint root. Committed steps are also uploaded
-# to S3 (a local one-node Ceph RADOS Gateway that the demo starts), and
-# the last one is brought back from S3 with ckpt-restore and verified.
+# every rank) mid-run and lose node 1 with it (its daemon killed, its
+# directory wiped), inspect what survived, start a fresh daemon for node 1,
+# restart the job so that it resumes from the newest committed manifest
+# (node 1's ranks from node 0's memory, where their partner copy is),
+# watch the loss carry on, and verify the whole checkpoint root. Committed
+# steps are also uploaded to S3 (a local one-node Ceph RADOS Gateway that
+# the demo starts), and the last one is brought back from S3 with
+# ckpt-restore and verified.
 #
 # Environment:
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
@@ -70,9 +75,11 @@ export OMPI_MCA_btl_base_warn_component_unused=0
 mkdir -p "${CKPT_DEMO_DIR:-${TMPDIR:-/tmp}}"
 work=$(mktemp -d "${CKPT_DEMO_DIR:-${TMPDIR:-/tmp}}/ckpt-demo.XXXXXX")
 root=$work/root
-sock=$work/ckptd.sock
 mkdir -p "$root"
-ckptd_pid=
+# Node K's node-local directory holds its daemon's socket.
+node_dir() { echo "$work/node$1"; }
+ckptd_pid=   # node 0's daemon (the leader: manifests, retention, S3)
+ckptd1_pid=  # node 1's daemon
 job_pid=
 
 # descendants PID: every process below PID.
@@ -107,10 +114,10 @@ cleanup() {
 	local rc=$?
 	set +e
 	kill_job
-	if [ -n "$ckptd_pid" ]; then
-		kill "$ckptd_pid" 2>/dev/null
-		wait "$ckptd_pid" 2>/dev/null
-	fi
+	for p in $ckptd1_pid $ckptd_pid; do
+		kill "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
 	[ -f "$work/rgw/env" ] && tests/s3/radosgw.sh stop "$work/rgw" >/dev/null 2>&1
 	if [ "$rc" -ne 0 ]; then
 		echo
@@ -142,25 +149,51 @@ if [ "$use_s3" = 1 ]; then
 	note "S3 endpoint $AWS_ENDPOINT_URL, bucket $S3_BUCKET; ckptd uploads committed steps to $s3url/"
 fi
 
-say "Starting ckptd (root $root)"
-"$ckptd" --config '' --root "$root" --socket "$sock" --staging-bytes 128MiB --slots-per-rank 2 \
-	--keep-last 3 --log-level info --metrics-listen 127.0.0.1:0 "${s3_args[@]}" \
-	>"$work/ckptd.log" 2>&1 &
-ckptd_pid=$!
+# start_node K [ckptd options...]: node K's daemon, in the background; its
+# pid in $started. Every node gets the same group settings: 2 nodes, a
+# libfabric peer link on loopback, and memory for the partner node's newest
+# step (node 0's ranks are copied to node 1 and node 1's to node 0).
+start_node() {
+	local k=$1 dir
+	shift
+	dir=$(node_dir "$k")
+	mkdir -p "$dir"
+	"$ckptd" --config '' --root "$root" --socket "$dir/ckptd.sock" --staging-bytes 128MiB \
+		--slots-per-rank 2 --keep-last 3 --log-level info --metrics-listen 127.0.0.1:0 \
+		--nodes 2 --node-index "$k" --cluster-id demo --fabric-address 127.0.0.1 \
+		--peer-timeout-ms 3000 --partner-memory 256MiB "$@" >>"$work/ckptd-node$k.log" 2>&1 &
+	started=$!
+	for _ in $(seq 100); do
+		[ -S "$dir/ckptd.sock" ] && break
+		alive "$started" || { echo "demo: node $k's ckptd exited at start" >&2; exit 1; }
+		sleep 0.1
+	done
+	[ -S "$dir/ckptd.sock" ] || { echo "demo: node $k's ckptd did not create its socket" >&2; exit 1; }
+	note "node $k: ckptd pid $started, socket $dir/ckptd.sock"
+}
+
+say "Starting two ckptd daemons, nodes 0 and 1 of one group (shared root $root)"
+start_node 0 "${s3_args[@]}"
+ckptd_pid=$started
+start_node 1
+ckptd1_pid=$started
 for _ in $(seq 100); do
-	[ -S "$sock" ] && break
-	alive "$ckptd_pid" || { echo "demo: ckptd exited at start" >&2; exit 1; }
+	grep -q "peer up node=1" "$work/ckptd-node0.log" && break
 	sleep 0.1
 done
-[ -S "$sock" ] || { echo "demo: ckptd did not create $sock" >&2; exit 1; }
-note "ckptd is up: pid $ckptd_pid, socket $sock"
+grep -q "peer up node=1" "$work/ckptd-node0.log" ||
+	{ echo "demo: the two daemons did not find each other" >&2; exit 1; }
+grep -hE "peer (link up|up)" "$work"/ckptd-node*.log | sed 's/^[^ ]* //' | indent
 
 # The job, the same command both times: it resumes from the newest
 # committed step of job $job when there is one.
 data=()
 [ -n "${CKPT_DEMO_DATA:-}" ] && data=(--data "$CKPT_DEMO_DATA")
-job_cmd=(mpirun -np "$ranks" "$train" "${data[@]}" --steps "$steps" --log-every 10
-	--ckpt-mode async --ckpt-every "$every" --socket "$sock" --job "$job")
+# Ranks 0-1 run on "node 0", ranks 2-3 on "node 1": each connects to its
+# node's daemon (CKPT_SOCKET, as on a cluster where every node has its own).
+job_cmd=(mpirun -np "$ranks" bash -c 'CKPT_SOCKET=$0/node$((OMPI_COMM_WORLD_RANK / 2))/ckptd.sock exec "$@"'
+	"$work" "$train" "${data[@]}" --steps "$steps" --log-every 10
+	--ckpt-mode async --ckpt-every "$every" --job "$job")
 
 # start_job LOG: the job in the background, in a process group of its own
 # (so that one kill reaches every rank, and bash reports nothing about it).
@@ -192,16 +225,22 @@ done
 sleep 1.2 # past the commit: the crash lands between two checkpoints
 grep -E '^(data|model|corpus)' "$work/train-1.log" | indent
 
-say "CRASH: kill -9 mpirun and every rank in the middle of training"
+say "CRASH: kill -9 mpirun and every rank in the middle of training, and lose node 1: kill -9 its ckptd, wipe its directory"
+kill -9 "$ckptd1_pid"
+wait "$ckptd1_pid" 2>/dev/null || true
+ckptd1_pid=
 kill_job
+rm -rf "$(node_dir 1)"
 # A save handed over before the kill may still commit: let ckptd settle.
 sleep 1
-alive "$ckptd_pid" || { echo "demo: ckptd did not survive its clients' crash" >&2; exit 1; }
+alive "$ckptd_pid" || { echo "demo: node 0's ckptd did not survive the crash" >&2; exit 1; }
 crashed_at=$(latest)
 last_step=$(grep -Eo '^step [0-9]+ loss' "$work/train-1.log" | tail -n 1 | cut -d' ' -f2)
 note "the last lines the job printed before it died:"
 loss_lines "$work/train-1.log" | tail -n 8 | indent
-note "ranks are gone; ckptd kept running; newest committed step: $crashed_at (last step logged: $last_step)"
+note "ranks and node 1 are gone; node 0's ckptd kept running; newest committed step: $crashed_at (last step logged: $last_step)"
+grep -E "peer lost node=1|partner copy received job=$job step=$crashed_at " "$work/ckptd-node0.log" |
+	sed 's/^[^ ]* //' | indent
 [ "$crashed_at" -ge "$crash_after" ] || { echo "demo: newest committed step $crashed_at < $crash_after" >&2; exit 1; }
 
 say "What survived (ckptd keeps the newest 3 steps; a step without a manifest does not exist): ckpt-inspect $root"
@@ -210,6 +249,14 @@ say "ckpt-inspect $root/$job"
 "$inspect" "$root/$job"
 
 # ---- 4. resume ---------------------------------------------------------------
+say "A replacement node 1: a fresh ckptd, with nothing of the old one"
+start_node 1
+ckptd1_pid=$started
+for _ in $(seq 100); do
+	grep -q "peer up node=0" "$work/ckptd-node1.log" && break
+	sleep 0.1
+done
+
 say "Restart: the same command; every rank restores its shard of the newest committed step"
 start_job "$work/train-2.log"
 rc=0
@@ -219,6 +266,10 @@ job_pid=
 resumed=$(sed -n 's/^resumed from step \([0-9]*\)$/\1/p' "$work/train-2.log")
 [ "$resumed" = "$crashed_at" ] ||
 	{ echo "demo: resumed from step '${resumed}', expected $crashed_at" >&2; exit 1; }
+note "where each rank's shard came from (node 1's ranks from node 0's memory, without reading the root):"
+grep -hE "info restore: restored job=$job step=$resumed " "$work"/ckptd-node*.log | sed 's/^[^ ]* //' | indent
+grep -qE "info restore: restored job=$job step=$resumed rank=[23] .*tier=partner" "$work/ckptd-node1.log" ||
+	{ echo "demo: node 1's ranks did not restore from partner memory" >&2; exit 1; }
 note "the loss carries on from step $resumed:"
 loss_lines "$work/train-2.log" | head -n 8 | indent
 # Steps resumed..last_step ran twice: a bit-exact resume logs the same loss.
@@ -250,21 +301,24 @@ say "Verifying every checkpoint: ckpt-inspect --verify $root/$job"
 if [ "$use_s3" = 1 ]; then
 	say "S3: waiting for step $steps to be uploaded (the manifest object goes last)"
 	deadline=$((SECONDS + 180))
-	until grep -q "info s3: uploaded job=$job step=$steps " "$work/ckptd.log"; do
+	until grep -q "info s3: uploaded job=$job step=$steps " "$work/ckptd-node0.log"; do
 		[ $SECONDS -lt $deadline ] || { echo "demo: step $steps did not reach S3 within 180 s" >&2; exit 1; }
 		sleep 0.5
 	done
-	grep -E "info s3: uploaded job=$job " "$work/ckptd.log" | sed 's/^[^ ]* //' | tail -n 4 | indent
+	grep -E "info s3: uploaded job=$job " "$work/ckptd-node0.log" | sed 's/^[^ ]* //' | tail -n 4 | indent
 	say "Disaster recovery: ckpt-restore $s3url/$job -> a fresh root, verified"
 	"$restore" --no-progress "$s3url/$job" "$work/from-s3" | indent
 	"$inspect" "$work/from-s3/$job" --verify | indent
 fi
 
-say "Stopping ckptd (SIGTERM)"
-kill "$ckptd_pid"
-rc=0
-wait "$ckptd_pid" || rc=$?
+say "Stopping both daemons (SIGTERM)"
+for p in $ckptd1_pid $ckptd_pid; do
+	rc=0
+	kill "$p"
+	wait "$p" || rc=$?
+	[ "$rc" -eq 0 ] || { echo "demo: ckptd (pid $p) exited with status $rc" >&2; exit 1; }
+done
 ckptd_pid=
-[ "$rc" -eq 0 ] || { echo "demo: ckptd exited with status $rc" >&2; exit 1; }
+ckptd1_pid=
 
-say "Demo complete: crashed after step $last_step, resumed from committed step $crashed_at, trained to step $steps (loss $first_loss -> $final_loss), all verified$([ "$use_s3" = 1 ] && echo ", step $steps uploaded to S3 and restored from it")"
+say "Demo complete: crashed after step $last_step with node 1 lost, resumed from committed step $crashed_at (node 1's ranks from partner memory), trained to step $steps (loss $first_loss -> $final_loss), all verified$([ "$use_s3" = 1 ] && echo ", step $steps uploaded to S3 and restored from it")"

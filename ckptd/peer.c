@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -61,6 +62,8 @@ struct node {
 };
 
 #define PENDING_MAX 256
+#define RECENT_COMMITS 64
+#define SPARE_BUFFERS 4
 
 enum op_kind { OP_CTRL_RECV, OP_CTRL_SEND, OP_PIECE_SEND, OP_PIECE_RECV };
 
@@ -89,6 +92,7 @@ struct pentry {
 	uint64_t shard_bytes, index_bytes;
 	uint8_t sha[32];
 	uint8_t *mem;            /* index, then shard */
+	uint64_t mem_len;        /* mapped */
 	bool complete, committed, dropped;
 	unsigned users;          /* transfers reading or writing mem */
 };
@@ -171,6 +175,21 @@ struct peerlink {
 	struct xfer *xfers;
 	struct pentry *store;
 	uint64_t store_bytes;
+	/* Steps committed lately, as the leader said: a partner copy that
+	 * completes after the commit (its job may be gone from this daemon
+	 * by then) still becomes the newest. */
+	struct {
+		char job[CKPT_JOB_NAME_MAX + 1];
+		uint64_t step;
+	} recent[RECENT_COMMITS];
+	unsigned recent_next;
+	/* Buffers of dropped copies, kept for the next ones (the next step's
+	 * copy of a rank is usually the same size): faulting fresh memory in
+	 * costs more than receiving into it. Counted in store_bytes. */
+	struct {
+		uint8_t *mem;
+		uint64_t len;
+	} spare[SPARE_BUFFERS];
 	struct fetch_req *fetch_q; /* under fetch_lock */
 	char rdv[PATH_MAX];
 	bool explicit_peers, stopping;
@@ -853,6 +872,7 @@ static void xfer_register(struct peerlink *pl, struct xfer *x, bool send)
 }
 
 static void pentry_drop(struct peerlink *pl, struct pentry *pe);
+static bool recently_committed(const struct peerlink *pl, const char *job, uint64_t step);
 static void pending_drop(struct peerlink *pl, uint32_t k);
 static void fetch_next(struct peerlink *pl, struct fetch_req *rq);
 static void fetch_complete(struct peerlink *pl, struct fetch_req *rq, int result,
@@ -916,7 +936,8 @@ static void xfer_finish(struct peerlink *pl, struct xfer *x)
 			} else {
 				pe->complete = true;
 				struct job *job = job_get(pl->d, pe->job, false);
-				if (job && job_is_committed(job, pe->step))
+				if ((job && job_is_committed(job, pe->step)) ||
+				    recently_committed(pl, pe->job, pe->step))
 					peer_step_committed(pl->d, pe->job, pe->step);
 				metrics_inc(M_PARTNER_COPIES_TOTAL, "received");
 				log_info("peer", "partner copy received job=%s step=%llu rank=%u "
@@ -1042,6 +1063,72 @@ static void store_gauge(struct peerlink *pl)
 	metrics_set(M_PARTNER_BYTES, (double)pl->store_bytes);
 }
 
+/* Memory for a copy of `need` bytes: whole 2 MiB from 2 MiB up, so that
+ * spare buffers fit the next step's copy of a rank that grew a little. */
+static uint64_t copy_mem_len(uint64_t need)
+{
+	uint64_t huge = 2ull << 20;
+
+	return need >= huge ? (need + huge - 1) / huge * huge : need;
+}
+
+/* A spare buffer of exactly len bytes, or NULL. Its bytes stay counted. */
+static uint8_t *spare_take(struct peerlink *pl, uint64_t len)
+{
+	for (int i = 0; i < SPARE_BUFFERS; i++) {
+		if (pl->spare[i].mem && pl->spare[i].len == len) {
+			uint8_t *mem = pl->spare[i].mem;
+			pl->spare[i].mem = NULL;
+			return mem;
+		}
+	}
+	return NULL;
+}
+
+/* Fresh memory, faulted in at once (on a worker: faulting costs more than
+ * receiving into it). */
+static uint8_t *copy_mem_map(uint64_t len)
+{
+	void *mem = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (mem == MAP_FAILED)
+		return NULL;
+	/* No MADV_HUGEPAGE: where the kernel compacts memory for it, a
+	 * fresh huge-page mapping can take seconds per GiB. */
+	for (uint64_t off = 0; off < len; off += 4096)
+		((volatile uint8_t *)mem)[off] = 0;
+	return mem;
+}
+
+/* A copy's memory is no longer used: kept as a spare (still counted) or
+ * given back (no longer counted). */
+static void copy_mem_put(struct peerlink *pl, uint8_t *mem, uint64_t len)
+{
+	if (!pl->stopping) {
+		for (int i = 0; i < SPARE_BUFFERS; i++) {
+			if (!pl->spare[i].mem) {
+				pl->spare[i].mem = mem;
+				pl->spare[i].len = len;
+				return;
+			}
+		}
+	}
+	munmap(mem, len);
+	pl->store_bytes -= len;
+}
+
+/* Give spare buffers back until `need` more bytes fit the budget. */
+static void spare_trim(struct peerlink *pl, uint64_t need)
+{
+	for (int i = 0; i < SPARE_BUFFERS; i++) {
+		if (pl->spare[i].mem && pl->store_bytes + need > pl->d->cfg->partner_memory) {
+			munmap(pl->spare[i].mem, pl->spare[i].len);
+			pl->store_bytes -= pl->spare[i].len;
+			pl->spare[i].mem = NULL;
+		}
+	}
+}
+
 static void pentry_drop(struct peerlink *pl, struct pentry *pe)
 {
 	pe->dropped = true;
@@ -1053,9 +1140,11 @@ static void pentry_drop(struct peerlink *pl, struct pentry *pe)
 			break;
 		}
 	}
-	pl->store_bytes -= pe->shard_bytes + pe->index_bytes;
+	if (pe->mem)
+		copy_mem_put(pl, pe->mem, pe->mem_len);
+	else
+		pl->store_bytes -= pe->mem_len;
 	store_gauge(pl);
-	free(pe->mem);
 	free(pe);
 }
 
@@ -1068,6 +1157,12 @@ static bool store_make_room(struct peerlink *pl, const char *job, uint32_t rank,
 
 	if (need > budget)
 		return false;
+	/* A spare buffer of the right size is taken as it is; the others go
+	 * first. */
+	for (int i = 0; i < SPARE_BUFFERS; i++)
+		if (pl->spare[i].mem && pl->spare[i].len == need)
+			return true;
+	spare_trim(pl, need);
 	for (struct pentry *pe = pl->store, *next; pe && pl->store_bytes + need > budget; pe = next) {
 		next = pe->next;
 		if (pe->users || pe->dropped)
@@ -1092,12 +1187,25 @@ static bool store_make_room(struct peerlink *pl, const char *job, uint32_t rank,
 	return pl->store_bytes + need <= budget;
 }
 
+static bool recently_committed(const struct peerlink *pl, const char *job, uint64_t step)
+{
+	for (unsigned i = 0; i < RECENT_COMMITS; i++)
+		if (pl->recent[i].step == step && strcmp(pl->recent[i].job, job) == 0)
+			return true;
+	return false;
+}
+
 void peer_step_committed(struct daemon *d, const char *job, uint64_t step)
 {
 	struct peerlink *pl = d->peer;
 
 	if (!pl)
 		return;
+	if (!recently_committed(pl, job, step)) {
+		unsigned i = pl->recent_next++ % RECENT_COMMITS;
+		snprintf(pl->recent[i].job, sizeof(pl->recent[i].job), "%s", job);
+		pl->recent[i].step = step;
+	}
 	for (struct pentry *pe = pl->store; pe; pe = pe->next)
 		if (!pe->dropped && pe->complete && pe->step == step && strcmp(pe->job, job) == 0)
 			pe->committed = true;
@@ -1212,10 +1320,78 @@ bool peer_copy_start(struct client *c, uint32_t slot, const struct step *st, uin
 	return true;
 }
 
+/* The receiving side of a copy has its memory: post the receives, accept. */
+static void copy_in_ready(struct peerlink *pl, struct xfer *x)
+{
+	struct peer_msg a;
+
+	x->dst_index = x->pe->mem;
+	x->dst_shard = x->pe->mem + x->index_bytes;
+	xfer_register(pl, x, false);
+	x->started = true;
+	xfer_pump(pl, x);
+	msg_init(&a, PEER_COPY_ACCEPT);
+	msg_job(&a, x->job, x->step);
+	a.rank = x->rank;
+	a.world_size = x->world_size;
+	a.xfer = x->id;
+	a.status = 1;
+	send_msg(pl, x->node, &a);
+	xfer_progress(pl, x);
+}
+
+struct copy_alloc {
+	struct peerlink *pl;
+	struct xfer *x;
+	uint64_t len;
+	uint8_t *mem;
+};
+
+static void copy_alloc_run(void *arg)
+{
+	struct copy_alloc *ca = arg;
+
+	ca->mem = copy_mem_map(ca->len);
+}
+
+static void copy_alloc_done(void *arg)
+{
+	struct copy_alloc *ca = arg;
+	struct peerlink *pl = ca->pl;
+	struct xfer *x = ca->x;
+
+	x->outstanding--;
+	if (ca->mem && x->status == 0) {
+		x->pe->mem = ca->mem;
+		copy_in_ready(pl, x);
+	} else {
+		if (ca->mem) {
+			/* Ended meanwhile (node lost, stopping): the entry
+			 * gives the memory back with its own. */
+			x->pe->mem = ca->mem;
+		} else if (x->status == 0) {
+			struct peer_msg a;
+			xfer_fail(x, -ENOMEM, "cannot map %llu bytes for the copy",
+				  (unsigned long long)ca->len);
+			msg_init(&a, PEER_COPY_ACCEPT);
+			msg_job(&a, x->job, x->step);
+			a.rank = x->rank;
+			a.world_size = x->world_size;
+			a.xfer = x->id;
+			snprintf(a.reason, sizeof(a.reason), "node %u cannot map %llu bytes", pl->me,
+				 (unsigned long long)ca->len);
+			send_msg(pl, x->node, &a);
+		}
+		xfer_progress(pl, x);
+	}
+	free(ca);
+}
+
 static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct peer_msg a;
 	uint64_t need = m->shard_bytes + m->index_bytes;
+	uint64_t mem_len = copy_mem_len(need);
 
 	msg_init(&a, PEER_COPY_ACCEPT);
 	msg_job(&a, m->job, m->step);
@@ -1227,17 +1403,15 @@ static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_
 			 "(partner_memory is 0)", pl->me);
 	} else if (m->piece_bytes > pl->max_msg || m->index_bytes > pl->max_msg) {
 		snprintf(a.reason, sizeof(a.reason), "pieces larger than the provider's messages");
-	} else if (!store_make_room(pl, m->job, m->rank, m->step, need)) {
+	} else if (!store_make_room(pl, m->job, m->rank, m->step, mem_len)) {
 		snprintf(a.reason, sizeof(a.reason), "partner_memory full on node %u (%llu of %llu "
 			 "bytes held, %llu more needed)", pl->me,
 			 (unsigned long long)pl->store_bytes,
 			 (unsigned long long)pl->d->cfg->partner_memory, (unsigned long long)need);
 	} else {
 		struct pentry *pe = calloc(1, sizeof(*pe));
-		uint8_t *mem = pe ? malloc(need) : NULL;
-		struct xfer *x = mem ? xfer_new(pl, X_COPY_IN, from, m->job, m->step, m->rank) : NULL;
+		struct xfer *x = pe ? xfer_new(pl, X_COPY_IN, from, m->job, m->step, m->rank) : NULL;
 		if (!x) {
-			free(mem);
 			free(pe);
 			snprintf(a.reason, sizeof(a.reason), "out of memory on node %u", pl->me);
 		} else {
@@ -1249,11 +1423,13 @@ static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_
 			pe->shard_bytes = m->shard_bytes;
 			pe->index_bytes = m->index_bytes;
 			memcpy(pe->sha, m->index_sha256, 32);
-			pe->mem = mem;
+			pe->mem_len = mem_len;
+			pe->mem = spare_take(pl, mem_len);
+			if (!pe->mem)
+				pl->store_bytes += mem_len;
 			pe->users = 1;
 			pe->next = pl->store;
 			pl->store = pe;
-			pl->store_bytes += need;
 			store_gauge(pl);
 			x->id = m->xfer;
 			x->world_size = m->world_size;
@@ -1262,16 +1438,27 @@ static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_
 			memcpy(x->sha, m->index_sha256, 32);
 			x->piece_bytes = m->piece_bytes;
 			x->npieces = pieces_of(x->shard_bytes, x->piece_bytes);
-			x->dst_index = mem;
-			x->dst_shard = mem + m->index_bytes;
 			x->pe = pe;
-			xfer_register(pl, x, false);
-			x->started = true;
-			xfer_pump(pl, x);
-			a.status = 1;
-			send_msg(pl, from, &a);
+			if (pe->mem) {
+				copy_in_ready(pl, x);
+				return;
+			}
+			/* Fresh memory is faulted in on a worker; the answer
+			 * goes once it is ready. */
+			struct copy_alloc *ca = calloc(1, sizeof(*ca));
+			if (ca) {
+				ca->pl = pl;
+				ca->x = x;
+				ca->len = mem_len;
+				x->outstanding++;
+				if (workers_submit(pl->d->workers, copy_alloc_run, copy_alloc_done, ca) == 0)
+					return;
+				x->outstanding--;
+				free(ca);
+			}
+			xfer_fail(x, -ENOMEM, "out of memory on node %u", pl->me);
 			xfer_progress(pl, x);
-			return;
+			snprintf(a.reason, sizeof(a.reason), "out of memory on node %u", pl->me);
 		}
 	}
 	metrics_inc(M_PARTNER_COPIES_TOTAL, "refused");
@@ -2099,9 +2286,13 @@ void peer_fini(struct daemon *d)
 	while (pl->store) {
 		struct pentry *pe = pl->store;
 		pl->store = pe->next;
-		free(pe->mem);
+		if (pe->mem)
+			munmap(pe->mem, pe->mem_len);
 		free(pe);
 	}
+	for (int i = 0; i < SPARE_BUFFERS; i++)
+		if (pl->spare[i].mem)
+			munmap(pl->spare[i].mem, pl->spare[i].len);
 	mr_close(&pl->ctrl_mr);
 	if (pl->cq)
 		fi_close(&pl->cq->fid);

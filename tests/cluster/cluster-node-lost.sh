@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib-cluster.sh"
 
 NP=$WORLD
-STEPS=400
+STEPS=300
 JOB=$ROOT/nl
 RUN=("${TINY[@]}" --steps $STEPS --log-every 1)
 CK=(--ckpt-mode async --ckpt-every 10 --job nl)
@@ -23,7 +23,7 @@ cluster_train_wrapper
 train_run $NP straight "${RUN[@]}" --ckpt-mode off --dump "$T/straight.%r"
 
 cluster_start
-target=$((60 + RANDOM % 8 * 10))
+target=$((40 + RANDOM % 8 * 10))
 train_start $NP run1 "${RUN[@]}" "${CK[@]}"
 wait_log run1 "ckpt step $target committed" 120 || fail "step $target never committed"
 sleep "0.$((RANDOM % 16 + 10))"

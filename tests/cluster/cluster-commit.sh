@@ -65,6 +65,12 @@ for s in 1 2 3 4 5; do
 	grep -Eq "(^|[^0-9])0*$s([^0-9]|$)" "$T/inspect-job.log" ||
 		fail "ckpt-inspect $JOB does not list step $s"
 done
+# The root holds the group's rendezvous directory too: listing and
+# verifying the whole root must not trip over it.
+timeout 120 "$CKPT_INSPECT" "$ROOT" >"$T/inspect-root.log" 2>&1 || fail "ckpt-inspect $ROOT exited $?"
+grep -Eq '^cc +5 +5 ' "$T/inspect-root.log" || fail "ckpt-inspect $ROOT: $(cat "$T/inspect-root.log")"
+timeout 120 "$CKPT_INSPECT" "$ROOT" --verify >"$T/inspect-root-verify.log" 2>&1 ||
+	fail "ckpt-inspect $ROOT --verify exited $?"
 timeout 120 "$CKPT_INSPECT" "$(stepdir "$JOB" 5)" --json >"$T/inspect-json.log" 2>&1 ||
 	fail "ckpt-inspect --json exited $?"
 python3 - "$T/inspect-json.log" <<'EOF' || fail "ckpt-inspect --json: step 5 does not have world_size 6"
@@ -94,5 +100,6 @@ for k in 0 1 2; do
 done
 for k in 2 1 0; do
 	ckptd_stop n$k
+	[ -e "$RENDEZVOUS/node-$k" ] && fail "node $k's rendezvous file outlived its daemon"
 done
 log "pass"

@@ -6,7 +6,8 @@
 # another group's cluster hash, a wrong receiver or sender epoch, a second
 # vote for a rank that already voted, a COMMITTED or ABORT from a node that
 # does not lead: each is logged as rejected and counted under its reason in
-# ckpt_peer_rejected_total. Votes that complete a step but lie (an index
+# ckpt_peer_rejected_total (a flood of garbage: every message counted, the
+# log rate-limited). Votes that complete a step but lie (an index
 # digest or a shard size that the files on the root do not bear out, an old
 # shard replayed) make the leader refuse the commit: no manifest, and the
 # other ranks are told the step failed. The group stays whole throughout and
@@ -86,6 +87,22 @@ expect_rejected 0 stale "a heartbeat to another incarnation of node 0" --from 1 
 	--to-epoch "$(printf '%016x' $((0x$e0 ^ 0x5a5a)))"
 expect_rejected 0 epoch "a heartbeat from another incarnation of node 2" --from 2 --type heartbeat \
 	--from-epoch 0123456789abcdef
+cluster_wait_whole 10
+
+log "a flood of 300 garbage messages: every one counted, the log rate-limited"
+before=$(metric 0 ckpt_peer_rejected_total reason=malformed)
+lines=$(rejected_lines 0)
+forge --to 0 --from 1 --garbage 100 --count 300
+for i in $(seq 1 100); do
+	got=$(metric 0 ckpt_peer_rejected_total reason=malformed)
+	[ "$((${got%.*} - ${before%.*}))" -ge 300 ] 2>/dev/null && break
+	sleep 0.2
+done
+[ "$((${got%.*} - ${before%.*}))" -eq 300 ] 2>/dev/null ||
+	fail "node 0 counted $((${got%.*} - ${before%.*})) of 300 garbage messages as malformed"
+logged=$(($(rejected_lines 0) - lines))
+log "node 0 logged $logged lines for 300 rejections"
+[ "$logged" -ge 1 ] && [ "$logged" -lt 100 ] || fail "node 0 logged $logged lines for a flood of 300"
 cluster_wait_whole 10
 
 # wait_accepted STEP "RANKS": those ranks (log sSTEP-R) handed STEP over.

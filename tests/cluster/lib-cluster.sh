@@ -104,7 +104,7 @@ wait_metric() {
 		# shellcheck disable=SC2086
 		got=$(metric "$k" "$name" $labels)
 		got=${got%.*}
-		[ "$got" "$op" "$want" ] 2>/dev/null && return 0
+		test "$got" "$op" "$want" 2>/dev/null && return 0
 		sleep 0.2
 	done
 	fail "node $k: $name{$labels} is $got after $secs s, expected $op $want"

@@ -509,7 +509,8 @@ static const struct config_option options[] = {
 			"of the newest committed step (the fastest restore tier: a\n"
 			"replaced node gets its ranks' state back from it without reading\n"
 			"the file system). Needs room for two steps while a new one\n"
-			"arrives. 0: no partner copies are kept here.",
+			"arrives. 0: this daemon neither keeps partner copies nor sends\n"
+			"its own ranks' shards to its partners.",
 		.offset = FIELD(partner_memory),
 	},
 	{

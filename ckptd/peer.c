@@ -192,7 +192,7 @@ struct peerlink {
 	} spare[SPARE_BUFFERS];
 	struct fetch_req *fetch_q; /* under fetch_lock */
 	char rdv[PATH_MAX];
-	bool explicit_peers, stopping;
+	bool explicit_peers, stopping, duplicate_logged;
 	int64_t reject_log_ns;
 	unsigned reject_quiet;
 };
@@ -512,20 +512,22 @@ static int publish(struct peerlink *pl)
 	return 0;
 }
 
-static void read_rendezvous(struct peerlink *pl, uint32_t k)
+/* Node k's rendezvous file: 0 with its epoch and address, -ENOENT, or
+ * -EBADMSG for a file that is not a node-k address. */
+static int read_node_file(const struct peerlink *pl, uint32_t k, uint64_t *epoch_out,
+			  uint8_t *addr, size_t *addr_len)
 {
 	char path[PATH_MAX + 32], line[2 * PEER_ADDR_MAX + 64];
-	uint8_t addr[PEER_ADDR_MAX];
-	size_t addr_len = 0;
 	unsigned long long epoch = 0;
 	unsigned node = UINT_MAX;
 	bool magic = false;
 	FILE *f;
 
+	*addr_len = 0;
 	snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, k);
 	f = fopen(path, "r");
 	if (!f)
-		return;
+		return -ENOENT;
 	while (fgets(line, sizeof(line), f)) {
 		if (strcmp(line, "ckpt-peer 1\n") == 0)
 			magic = true;
@@ -534,22 +536,45 @@ static void read_rendezvous(struct peerlink *pl, uint32_t k)
 		else if (sscanf(line, "epoch=%llx", &epoch) == 1)
 			;
 		else if (strncmp(line, "addr=", 5) == 0 &&
-			 unhex(line + 5, addr, sizeof(addr), &addr_len) < 0)
-			addr_len = 0;
+			 unhex(line + 5, addr, PEER_ADDR_MAX, addr_len) < 0)
+			*addr_len = 0;
 	}
 	fclose(f);
-	if (!magic || node != k || epoch == 0 || addr_len == 0) {
-		log_warn("peer", "ignoring rendezvous file %s: not a node-%u address", path, k);
-		return;
-	}
-	if (epoch == pl->nodes[k].file_epoch)
+	if (!magic || node != k || epoch == 0 || *addr_len == 0)
+		return -EBADMSG;
+	*epoch_out = epoch;
+	return 0;
+}
+
+static void read_rendezvous(struct peerlink *pl, uint32_t k)
+{
+	uint8_t addr[PEER_ADDR_MAX];
+	size_t addr_len = 0;
+	uint64_t epoch = 0;
+	int r = read_node_file(pl, k, &epoch, addr, &addr_len);
+
+	if (r == -EBADMSG)
+		log_warn("peer", "ignoring rendezvous file %s/node-%u: not a node-%u address",
+			 pl->rdv, k, k);
+	if (r < 0 || epoch == pl->nodes[k].file_epoch)
 		return;
 	if (node_set_addr(pl, k, addr, addr_len) < 0) {
-		log_warn("peer", "rendezvous file %s: address not usable by provider %s", path,
-			 pl->d->cfg->fabric_provider);
+		log_warn("peer", "rendezvous file %s/node-%u: address not usable by provider %s",
+			 pl->rdv, k, pl->d->cfg->fabric_provider);
 		return;
 	}
 	pl->nodes[k].file_epoch = epoch;
+}
+
+/* Whether this daemon's own rendezvous file still names it: another daemon
+ * started with the same node_index replaces it. */
+static bool own_file_is_ours(const struct peerlink *pl)
+{
+	uint8_t addr[PEER_ADDR_MAX];
+	size_t addr_len;
+	uint64_t epoch = 0;
+
+	return read_node_file(pl, pl->me, &epoch, addr, &addr_len) == 0 && epoch == pl->epoch;
 }
 
 static int load_key(struct peerlink *pl)
@@ -1999,6 +2024,15 @@ static void tick(struct peerlink *pl)
 	int64_t now = now_ns();
 	struct peer_msg m;
 
+	if (!pl->explicit_peers && !pl->duplicate_logged && !own_file_is_ours(pl)) {
+		/* Said once: the group cannot work like this, and the other
+		 * nodes see node K "restart" at every message of either. */
+		log_error("peer", "another daemon has published itself as node %u in %s: two "
+			  "daemons with node_index %u? (this one: epoch %016llx)", pl->me, pl->rdv,
+			  pl->me, (unsigned long long)pl->epoch);
+		pl->duplicate_logged = true;
+	}
+
 	for (uint32_t k = 0; k < pl->n; k++) {
 		struct node *nd = &pl->nodes[k];
 		if (k == pl->me)
@@ -2308,7 +2342,7 @@ void peer_fini(struct daemon *d)
 		close(pl->timer_fd);
 	if (pl->wake_fd >= 0)
 		close(pl->wake_fd);
-	if (!pl->explicit_peers) {
+	if (!pl->explicit_peers && pl->myaddr_len && own_file_is_ours(pl)) {
 		char path[PATH_MAX + 32];
 		snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, pl->me);
 		unlink(path);

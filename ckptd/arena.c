@@ -41,7 +41,7 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 			 (unsigned long long)max_save_bytes);
 		return -EINVAL;
 	}
-	if (d->staging_used + bytes > d->cfg->staging_bytes) {
+	if (d->staging_used + bytes > d->cfg->staging_bytes && !retain_evict(d, bytes)) {
 		snprintf(err, errlen,
 			 "staging budget exhausted: rank %u of job %s needs %llu bytes "
 			 "(%u slots of %llu), %llu of %llu in use (staging_bytes)",

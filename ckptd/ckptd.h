@@ -72,6 +72,12 @@ struct client {
 	struct outmsg *out_head, *out_tail;
 	bool want_out;
 	int64_t slots_busy_since; /* every slot SAVING since (now_ns), or 0 */
+	bool goodbye;         /* the rank said GOODBYE: it did not crash */
+	/* Its newest durable shard, still in slot own_slot unless the rank
+	 * filled that slot again (retain.c; own_index NULL: none). */
+	void *own_index;
+	uint64_t own_index_bytes, own_step, own_shard_bytes;
+	uint32_t own_slot;
 };
 
 /* One rank's durable shard of a step: its vote. */
@@ -159,6 +165,7 @@ struct daemon {
 	struct metrics_http *metrics; /* the metrics endpoint, or NULL */
 	struct uploader *uploader;    /* the S3 tier, or NULL (uploader.c) */
 	struct peerlink *peer;        /* the peer link of a multi-node group, or NULL (peer.c) */
+	struct retained *retained;    /* arenas of departed ranks, for restores (retain.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
 };
 
@@ -237,6 +244,24 @@ int arena_create(struct client *c, uint64_t max_save_bytes, uint32_t slots,
 int arena_populate(struct client *c, char *err, size_t errlen);
 void arena_destroy(struct client *c);
 uint64_t arena_slot_bytes(uint64_t max_save_bytes);
+
+/* retain.c: own memory, the first restore tier */
+struct retained;
+void retain_note_durable(struct client *c, uint32_t slot, uint64_t step, uint64_t shard_bytes,
+			 const void *index, uint64_t index_bytes);
+void retain_note_slot_used(struct client *c, uint32_t slot);
+/* At the end of a connection: keep its arena if it holds a shard worth it. */
+bool retain_take_arena(struct client *c);
+/* A rank of the job saves again: what a departed one left is obsolete. */
+void retain_drop(struct daemon *d, const char *job, uint32_t rank);
+/* Give back departed ranks' memory until `need` more bytes fit staging. */
+bool retain_evict(struct daemon *d, uint64_t need);
+struct retained *retain_pin(struct daemon *d, const char *job, uint32_t rank);
+void retain_unpin(struct daemon *d, struct retained *r);
+/* From a pinned one, on any thread: the shard of `step` into dst. */
+int retain_copy(const struct retained *r, uint64_t step, uint8_t *dst, uint64_t cap,
+		const void **index, uint64_t *index_bytes, uint64_t *shard_bytes);
+void retain_fini(struct daemon *d);
 
 /* restore.c */
 int restore_start(struct client *c, uint32_t slot, uint64_t step,

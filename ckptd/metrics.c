@@ -122,9 +122,10 @@ const struct metric_def metric_defs[M__COUNT] = {
 		{ "reason" } },
 	[M_RESTORE_BYTES_TOTAL] = {
 		"ckpt_restore_bytes_total", METRIC_COUNTER,
-		"Shard bytes restored into ranks, by the tier they were read from: partner "
-		"(a partner node's memory), root (the checkpoint root; includes what S3 "
-		"fetches land in) or s3.",
+		"Shard bytes restored into ranks, by the tier they were read from: memory "
+		"(the arena a crashed rank left on this node), partner (a partner node's "
+		"memory), root (the checkpoint root) or s3 (fetched from S3 into the root, "
+		"then read).",
 		{ JOB, "tier" } },
 	[M_PARTNER_BYTES] = {
 		"ckpt_partner_bytes", METRIC_GAUGE,

@@ -49,7 +49,8 @@ struct restore {
 	size_t s3m_len;
 	bool adopted;              /* the step became committed in the root */
 	bool from_s3;              /* the restored step's files came from S3 */
-	bool from_partner;         /* ... from a partner node's memory */
+	const char *tier;          /* where the restored shard came from */
+	struct retained *own;      /* a departed rank's arena (pinned), or NULL */
 	uint8_t *base;
 	uint64_t slot_bytes;
 	unsigned qd;
@@ -279,55 +280,85 @@ static int verify_in_memory(struct restore *rs, const struct ckpt_index *idx, co
 }
 
 /*
- * The partner tier: a partner node's memory holds this node's ranks' shards
- * of the newest committed step. What comes back is checked like a file: the
- * index against the manifest's digest, every chunk against the index.
- * Returns 1 when the slot holds a verified shard (idx filled), 0 when the
- * partners do not have it or it does not verify (the root is next).
+ * A shard already in the slot, from memory (own or a partner's), checked as
+ * a file is: its index (ibytes at buf) against the manifest's digest, the
+ * index against the manifest and the copy's size, every chunk against the
+ * index. 0 with idx filled, or -CKPT_E_CORRUPT with err set.
  */
-static int try_partner(struct restore *rs, uint64_t step, const struct ckpt_manifest *m,
-		       struct ckpt_index *idx, const char *where)
+static int check_from_memory(struct restore *rs, uint64_t step, const struct ckpt_manifest *m,
+			     const void *buf, uint64_t ibytes, uint64_t sbytes,
+			     struct ckpt_index *idx, const char *where, char *err, size_t errlen)
 {
-	struct daemon *d = rs->c->d;
-	void *buf = NULL;
-	uint64_t ibytes = 0, sbytes = 0;
 	uint8_t sha[32];
-	char err[CKPT_REASON_MAX + 1] = "";
 	int r;
 
+	store_sha256(buf, ibytes, sha);
+	if (memcmp(sha, m->ranks[rs->rank].index_sha256, 32) != 0) {
+		snprintf(err, errlen, "its index does not match the manifest's digest");
+		return -CKPT_E_CORRUPT;
+	}
+	r = ckpt_index_decode(buf, ibytes, idx);
+	if (r < 0) {
+		snprintf(err, errlen, "its index does not decode: %s", strerror(-r));
+		return -CKPT_E_CORRUPT;
+	}
+	if (idx->shard_bytes != sbytes || idx->step != step || idx->rank != rs->rank ||
+	    idx->shard_bytes != m->ranks[rs->rank].shard_bytes) {
+		snprintf(err, errlen, "index, manifest and copy disagree");
+		ckpt_index_free(idx);
+		return -CKPT_E_CORRUPT;
+	}
+	r = verify_in_memory(rs, idx, where, err, errlen);
+	if (r < 0) {
+		ckpt_index_free(idx);
+		return r;
+	}
+	return 0;
+}
+
+/*
+ * The memory tiers, before the root: this node's own memory (the arena a
+ * departed rank left, retain.c), then its partner nodes' memory (peer.c).
+ * Returns 1 when the slot holds a verified shard (idx filled, rs->tier
+ * set), 0 when neither has it or it does not verify (the root is next).
+ */
+static int try_memory(struct restore *rs, uint64_t step, const struct ckpt_manifest *m,
+		      struct ckpt_index *idx, const char *where)
+{
+	struct daemon *d = rs->c->d;
+	char err[CKPT_REASON_MAX + 1] = "";
+	uint64_t ibytes = 0, sbytes = 0;
+	int r;
+
+	if (rs->own) {
+		const void *ibuf = NULL;
+		r = retain_copy(rs->own, step, rs->base, rs->slot_bytes, &ibuf, &ibytes, &sbytes);
+		if (r == 0) {
+			r = check_from_memory(rs, step, m, ibuf, ibytes, sbytes, idx, where, err,
+					      sizeof(err));
+			if (r == 0) {
+				rs->tier = "memory";
+				return 1;
+			}
+			memset(idx, 0, sizeof(*idx));
+			log_info("restore", "own memory not used job=%s step=%llu rank=%u reason=\"%s\"",
+				 rs->job->name, (unsigned long long)step, rs->rank, err);
+		}
+	}
 	if (!peer_fetch_enabled(d))
 		return 0;
+	void *buf = NULL;
 	r = peer_fetch(d, rs->job->name, step, rs->rank, rs->base, rs->slot_bytes, &buf, &ibytes,
 		       &sbytes, err, sizeof(err));
 	if (r == -ENOENT)
 		return 0;
-	if (r < 0)
-		goto bad;
-	store_sha256(buf, ibytes, sha);
-	if (memcmp(sha, m->ranks[rs->rank].index_sha256, 32) != 0) {
-		snprintf(err, sizeof(err), "its index does not match the manifest's digest");
-		goto bad;
-	}
-	r = ckpt_index_decode(buf, ibytes, idx);
-	if (r < 0) {
-		snprintf(err, sizeof(err), "its index does not decode: %s", strerror(-r));
-		goto bad;
-	}
-	if (idx->shard_bytes != sbytes || idx->step != step || idx->rank != rs->rank ||
-	    idx->shard_bytes != m->ranks[rs->rank].shard_bytes) {
-		snprintf(err, sizeof(err), "index, manifest and copy disagree");
-		ckpt_index_free(idx);
-		goto bad;
-	}
-	r = verify_in_memory(rs, idx, where, err, sizeof(err));
-	if (r < 0) {
-		ckpt_index_free(idx);
-		goto bad;
-	}
+	if (r == 0)
+		r = check_from_memory(rs, step, m, buf, ibytes, sbytes, idx, where, err, sizeof(err));
 	free(buf);
-	return 1;
-bad:
-	free(buf);
+	if (r == 0) {
+		rs->tier = "partner";
+		return 1;
+	}
 	memset(idx, 0, sizeof(*idx));
 	log_warn("restore", "partner copy not used job=%s step=%llu rank=%u error=\"%s\"",
 		 rs->job->name, (unsigned long long)step, rs->rank, err);
@@ -361,8 +392,8 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 		r = -CKPT_E_NO_CHECKPOINT;
 		goto out;
 	}
-	bool partner = !rs->s3m && try_partner(rs, step, &m, &idx, where) == 1;
-	if (partner) {
+	bool in_memory = !rs->s3m && try_memory(rs, step, &m, &idx, where) == 1;
+	if (in_memory) {
 		have_idx = true;
 	} else {
 		stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
@@ -395,12 +426,13 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 		r = -CKPT_E_TOO_BIG;
 		goto out;
 	}
-	if (!partner) {
+	if (!in_memory) {
 		r = read_and_verify(rs, stepfd, shard, &idx, where, err, errlen);
 		if (r < 0)
 			goto out;
 	}
-	rs->from_partner = partner;
+	if (!in_memory)
+		rs->tier = "root";
 	ssize_t n = ckpt_table_encode(idx.table.tensors, idx.table.count, rs->base + toff,
 				      rs->slot_bytes - toff);
 	if (n < 0) {
@@ -775,12 +807,13 @@ static void restore_done(void *arg)
 	for (size_t i = 0; i < rs->n_root; i++)
 		job_pin(rs->job, rs->root_steps[i], -1);
 	uploader_pin(c->d, rs->job->name, rs->pinned_s3, rs->n_pinned_s3, -1);
+	retain_unpin(c->d, rs->own);
 	if (rs->adopted)
 		coord_adopt(rs->job, rs->ok.step);
 	c->d->busy--;
 	if (rs->result == 0)
 		metrics_add(M_RESTORE_BYTES_TOTAL, (double)rs->ok.data_bytes, rs->job->name,
-			    rs->from_partner ? "partner" : rs->from_s3 ? "s3" : "root");
+			    rs->from_s3 ? "s3" : rs->tier ? rs->tier : "root");
 	metrics_inc(M_RESTORES_TOTAL, rs->job->name,
 		    rs->result < 0 ? "failed"
 		    : rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? "fell_back" : "ok");
@@ -794,7 +827,7 @@ static void restore_done(void *arg)
 			log_info("restore", "restored job=%s step=%llu rank=%u bytes=%llu tier=%s%s",
 				 rs->job->name, (unsigned long long)rs->ok.step, rs->rank,
 				 (unsigned long long)rs->ok.data_bytes,
-				 rs->from_partner ? "partner" : rs->from_s3 ? "s3" : "root",
+				 rs->from_s3 ? "s3" : rs->tier ? rs->tier : "root",
 				 rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? " fell_back=1" : "");
 		} else {
 			c->slot_state[rs->slot] = SLOT_CLIENT;
@@ -860,6 +893,7 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	}
 	rs->c = c;
 	rs->job = job;
+	rs->own = retain_pin(d, job->name, c->rank);
 	rs->slot = slot;
 	rs->flags = flags;
 	rs->seq = seq;
@@ -877,6 +911,7 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 		for (size_t i = 0; i < rs->n_root; i++)
 			job_pin(job, rs->root_steps[i], -1);
 		uploader_pin(d, job->name, rs->pinned_s3, rs->n_pinned_s3, -1);
+		retain_unpin(d, rs->own);
 		free(rs->pinned_s3);
 		c->slot_state[slot] = SLOT_CLIENT;
 		c->refs--;

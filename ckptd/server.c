@@ -172,7 +172,9 @@ static void client_free(struct client *c)
 			break;
 		}
 	}
+	retain_take_arena(c);
 	arena_destroy(c);
+	free(c->own_index);
 	while (c->out_head) {
 		struct outmsg *o = c->out_head;
 		c->out_head = o->next;
@@ -650,6 +652,10 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	st->inflight++;
 	c->slot_state[s->slot] = SLOT_SAVING;
 	c->slot_step[s->slot] = s->step;
+	/* The slot no longer holds the previous durable shard; and a rank of
+	 * the job that saves makes what a departed one left obsolete. */
+	retain_note_slot_used(c, s->slot);
+	retain_drop(c->d, c->job->name, c->rank);
 	/* Accepted: the rank goes back to training now. Opening files and
 	 * submitting the first writes happen after the reply, so they never
 	 * add to the rank's stall; a failure there arrives as a STATUS. */
@@ -903,6 +909,7 @@ static void on_message(struct client *c, const struct ckpt_msg *m)
 		on_release(c, m);
 		break;
 	case CKPT_MSG_BYE:
+		c->goodbye = true;
 		client_kill(c, "said goodbye");
 		break;
 	case CKPT_MSG_STALL:
@@ -1281,6 +1288,7 @@ out:
 	if (d->workers)
 		workers_destroy(d->workers);
 	peer_fini(d);
+	retain_fini(d);
 	/* After the workers: their last callbacks may still hand it parts. */
 	uploader_fini(d);
 	/* After the last done callback: events they raised are sent too. */

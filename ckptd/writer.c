@@ -359,6 +359,9 @@ static void job_finish(struct save_job *j)
 	/* A durable shard of a step still open is copied to the partner
 	 * nodes straight from the slot, which stays ckptd's until then. */
 	bool held = false;
+	if (!j->err && st->state != STEP_FAILED)
+		retain_note_durable(c, j->slot, j->step, j->data_bytes, j->index_buf,
+				    j->vote.index_bytes);
 	if (!j->err && st->state != STEP_FAILED && !c->dead && d->peer) {
 		j->vote.shard_bytes = j->data_bytes;
 		j->vote.blob_bytes = j->blob_bytes;

@@ -78,6 +78,7 @@ struct client {
 	void *own_index;
 	uint64_t own_index_bytes, own_step, own_shard_bytes;
 	uint32_t own_slot;
+	char own_job[CKPT_JOB_NAME_MAX + 1]; /* c->job may be gone when it is freed */
 };
 
 /* One rank's durable shard of a step: its vote. */

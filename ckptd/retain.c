@@ -14,6 +14,7 @@
  * worker reads a retained arena only while it holds a pin.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -50,6 +51,7 @@ void retain_note_durable(struct client *c, uint32_t slot, uint64_t step, uint64_
 	c->own_index_bytes = index_bytes;
 	c->own_slot = slot;
 	c->own_step = step;
+	snprintf(c->own_job, sizeof(c->own_job), "%s", c->job->name);
 	c->own_shard_bytes = shard_bytes;
 }
 
@@ -102,7 +104,7 @@ bool retain_take_arena(struct client *c)
 	struct retained *r;
 
 	retain_expire(d);
-	if (c->goodbye || d->stopping || !c->own_index || !c->arena || !c->job ||
+	if (c->goodbye || d->stopping || !c->own_index || !c->arena || !c->own_job[0] ||
 	    c->own_slot >= c->slots || c->own_shard_bytes > c->slot_bytes)
 		return false;
 	r = calloc(1, sizeof(*r));
@@ -111,11 +113,11 @@ bool retain_take_arena(struct client *c)
 	/* One per rank: an older one of the same rank is of no more use. */
 	for (struct retained *o = d->retained, *next; o; o = next) {
 		next = o->next;
-		if (!o->dropped && o->rank == c->rank && strcmp(o->job, c->job->name) == 0)
+		if (!o->dropped && o->rank == c->rank && strcmp(o->job, c->own_job) == 0)
 			retained_drop(d, o);
 	}
 	writer_unregister_arena(c);
-	snprintf(r->job, sizeof(r->job), "%s", c->job->name);
+	snprintf(r->job, sizeof(r->job), "%s", c->own_job);
 	r->rank = c->rank;
 	r->step = c->own_step;
 	r->shard_bytes = c->own_shard_bytes;

@@ -64,6 +64,7 @@ struct node {
 #define PENDING_MAX 256
 #define RECENT_COMMITS 64
 #define SPARE_BUFFERS 4
+#define STOP_GRACE_S 5
 
 enum op_kind { OP_CTRL_RECV, OP_CTRL_SEND, OP_PIECE_SEND, OP_PIECE_RECV };
 
@@ -140,6 +141,7 @@ struct xfer {
 	uint64_t npieces, next_piece, done_pieces;
 	unsigned outstanding;
 	bool started, remote_done, finished, cancelled;
+	bool allocating;         /* X_COPY_IN: its memory is being mapped on a worker */
 	int status, remote_status;
 	char reason[CKPT_REASON_MAX + 1];
 	int64_t deadline_ns, started_ns;
@@ -193,6 +195,7 @@ struct peerlink {
 	struct fetch_req *fetch_q; /* under fetch_lock */
 	char rdv[PATH_MAX];
 	bool explicit_peers, stopping, duplicate_logged;
+	int64_t stop_ns;         /* when peer_stop() was called */
 	int64_t reject_log_ns;
 	unsigned reject_quiet;
 };
@@ -275,6 +278,8 @@ static int op_post(struct peerlink *pl, struct op *op)
 	struct node *nd = &pl->nodes[op->node];
 	ssize_t r;
 
+	if (!pl->ep)
+		return -FI_ECANCELED; /* abandoned at stop */
 	switch (op->kind) {
 	case OP_CTRL_SEND:
 		r = fi_send(pl->ep, op->buf, op->len, op->mr ? fi_mr_desc(op->mr) : NULL, nd->fa,
@@ -1048,7 +1053,7 @@ static void xfer_progress(struct peerlink *pl, struct xfer *x)
 		if (x->outstanding && !x->cancelled) {
 			x->cancelled = true;
 			for (struct op *op = x->ops; op; op = op->xnext)
-				if (op->kind == OP_PIECE_RECV)
+				if (op->kind == OP_PIECE_RECV && pl->ep)
 					fi_cancel(&pl->ep->fid, &op->fctx);
 		}
 		if (x->outstanding == 0)
@@ -1386,6 +1391,7 @@ static void copy_alloc_done(void *arg)
 	struct xfer *x = ca->x;
 
 	x->outstanding--;
+	x->allocating = false;
 	if (ca->mem && x->status == 0) {
 		x->pe->mem = ca->mem;
 		copy_in_ready(pl, x);
@@ -1476,6 +1482,7 @@ static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_
 				ca->x = x;
 				ca->len = mem_len;
 				x->outstanding++;
+				x->allocating = true;
 				if (workers_submit(pl->d->workers, copy_alloc_run, copy_alloc_done, ca) == 0)
 					return;
 				x->outstanding--;
@@ -1946,6 +1953,10 @@ static void drain_cq(struct peerlink *pl)
 {
 	struct fi_cq_tagged_entry e[32];
 
+	/* After abandon_transfers() what is left in the queue names
+	 * operations that are gone. */
+	if (!pl->ep)
+		return;
 	for (;;) {
 		ssize_t n = fi_cq_read(pl->cq, e, 32);
 		if (n == -FI_EAVAIL) {
@@ -2081,12 +2092,72 @@ void peer_dispatch(struct daemon *d)
 	}
 }
 
+/*
+ * Stopping, and some transfer still waits for the provider after the
+ * grace period (sends to a peer cut off without a reset complete only
+ * when TCP gives up, minutes later): close the endpoint, after which no
+ * completion can arrive, and end them here so that ckptd can exit.
+ */
+static void abandon_transfers(struct peerlink *pl)
+{
+	unsigned n = 0;
+
+	fi_close(&pl->ep->fid);
+	pl->ep = NULL;
+	for (uint32_t k = 0; k < pl->n; k++)
+		pending_drop(pl, k);
+	for (struct xfer **p = &pl->xfers; *p;) {
+		struct xfer *x = *p;
+		if (x->allocating) {
+			/* A worker still maps its memory: it ends when that
+			 * is done (copy_alloc_done). */
+			p = &x->next;
+			continue;
+		}
+		*p = x->next;
+		n++;
+		while (x->ops) {
+			struct op *op = x->ops;
+			x->ops = op->xnext;
+			free(op);
+		}
+		switch (x->kind) {
+		case X_COPY_OUT:
+			hold_release(pl, x->hold);
+			break;
+		case X_COPY_IN:
+			x->pe->users--;
+			pentry_drop(pl, x->pe);
+			break;
+		case X_SERVE:
+			if (--x->pe->users == 0 && x->pe->dropped)
+				pentry_drop(pl, x->pe);
+			break;
+		case X_FETCH:
+			free(x->dst_index);
+			fetch_complete(pl, x->req, -ECANCELED, "ckptd is stopping");
+			break;
+		}
+		mr_close(&x->mr_index);
+		mr_close(&x->mr_shard);
+		pl->d->busy--;
+		free(x);
+	}
+	log_warn("peer", "stopping: %u transfers still waited for their peers after %d s; "
+		 "the endpoint is closed", n, STOP_GRACE_S);
+}
+
 int peer_poll_ms(struct daemon *d)
 {
 	struct peerlink *pl = d->peer;
 
 	if (!pl)
 		return -1;
+	if (pl->stopping && pl->xfers && pl->ep &&
+	    now_ns() - pl->stop_ns > (int64_t)STOP_GRACE_S * 1000000000)
+		abandon_transfers(pl);
+	if (!pl->ep)
+		return pl->xfers ? 10 : -1;
 	peer_dispatch(d);
 	if (pl->xfers || pl->pending || pl->cq_fd < 0)
 		return 1;
@@ -2282,6 +2353,7 @@ void peer_stop(struct daemon *d)
 	pthread_mutex_lock(&fetch_lock);
 	pl->stopping = true;
 	pthread_mutex_unlock(&fetch_lock);
+	pl->stop_ns = now_ns();
 	for (struct xfer *x = pl->xfers; x; x = x->next)
 		xfer_fail(x, -ECANCELED, "ckptd is stopping");
 	take_fetches(pl);

@@ -1486,6 +1486,7 @@ static void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_
 				if (workers_submit(pl->d->workers, copy_alloc_run, copy_alloc_done, ca) == 0)
 					return;
 				x->outstanding--;
+				x->allocating = false;
 				free(ca);
 			}
 			xfer_fail(x, -ENOMEM, "out of memory on node %u", pl->me);

@@ -429,17 +429,6 @@ static int node_set_addr(struct peerlink *pl, uint32_t k, const uint8_t *addr, s
 	return 0;
 }
 
-static void hex(char *out, const uint8_t *b, size_t n)
-{
-	static const char digits[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[b[i] >> 4];
-		out[2 * i + 1] = digits[b[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 static int unhex(const char *s, uint8_t *out, size_t cap, size_t *len)
 {
 	size_t n = strlen(s);
@@ -496,7 +485,7 @@ static int publish(struct peerlink *pl)
 
 	snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, pl->me);
 	snprintf(tmp, sizeof(tmp), "%s/.node-%u.%d.tmp", pl->rdv, pl->me, (int)getpid());
-	hex(addr, pl->myaddr, pl->myaddr_len);
+	ckpt_hex(addr, pl->myaddr, pl->myaddr_len);
 	f = fopen(tmp, "w");
 	if (!f)
 		return -errno;
@@ -2074,6 +2063,17 @@ static void tick(struct peerlink *pl)
 	}
 }
 
+/* Completions, queued sends, transfers: what the provider's progress needs. */
+static void progress(struct peerlink *pl)
+{
+	drain_cq(pl);
+	retry_pending(pl);
+	for (struct xfer *x = pl->xfers, *next; x; x = next) {
+		next = x->next;
+		xfer_progress(pl, x);
+	}
+}
+
 void peer_dispatch(struct daemon *d)
 {
 	struct peerlink *pl = d->peer;
@@ -2085,12 +2085,7 @@ void peer_dispatch(struct daemon *d)
 		tick(pl);
 	if (read(pl->wake_fd, &v, sizeof(v)) == (ssize_t)sizeof(v) || pl->fetch_q)
 		take_fetches(pl);
-	drain_cq(pl);
-	retry_pending(pl);
-	for (struct xfer *x = pl->xfers, *next; x; x = next) {
-		next = x->next;
-		xfer_progress(pl, x);
-	}
+	progress(pl);
 }
 
 /*
@@ -2159,7 +2154,9 @@ int peer_poll_ms(struct daemon *d)
 		abandon_transfers(pl);
 	if (!pl->ep)
 		return pl->xfers ? 10 : -1;
-	peer_dispatch(d);
+	/* Before every sleep of the loop: only what the provider needs; the
+	 * timer and the fetch requests come as their own epoll events. */
+	progress(pl);
 	if (pl->xfers || pl->pending || pl->cq_fd < 0)
 		return 1;
 	struct fid *fids[1] = { &pl->cq->fid };
@@ -2337,7 +2334,7 @@ int peer_init(struct daemon *d)
 			node_metric(pl, k, false);
 	store_gauge(pl);
 	char addr[2 * PEER_ADDR_MAX + 1];
-	hex(addr, pl->myaddr, pl->myaddr_len);
+	ckpt_hex(addr, pl->myaddr, pl->myaddr_len);
 	log_info("peer", "peer link up node=%u nodes=%u cluster=%s provider=%s epoch=%016llx "
 		 "authenticated=%s rendezvous=%s", pl->me, pl->n, cfg->cluster_id,
 		 pl->info->fabric_attr->prov_name, (unsigned long long)pl->epoch,

@@ -28,23 +28,6 @@ static const uint8_t other_key[32] = {
 	0x07, 0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0f, /* the last byte differs */
 };
 
-static bool msg_equal(const struct peer_msg *a, const struct peer_msg *b)
-{
-	return a->h.type == b->h.type && a->h.from_node == b->h.from_node &&
-	       a->h.to_node == b->h.to_node && a->h.nodes == b->h.nodes &&
-	       a->h.from_epoch == b->h.from_epoch && a->h.to_epoch == b->h.to_epoch &&
-	       a->h.seq == b->h.seq && a->h.cluster == b->h.cluster &&
-	       strcmp(a->job, b->job) == 0 && a->step == b->step &&
-	       a->world_size == b->world_size && a->rank == b->rank &&
-	       a->shard_bytes == b->shard_bytes && a->blob_bytes == b->blob_bytes &&
-	       a->index_bytes == b->index_bytes && a->blob_crc32c == b->blob_crc32c &&
-	       memcmp(a->index_sha256, b->index_sha256, 32) == 0 && a->xfer == b->xfer &&
-	       a->piece_bytes == b->piece_bytes && a->status == b->status &&
-	       strcmp(a->reason, b->reason) == 0 && a->addr_len == b->addr_len &&
-	       memcmp(a->addr, b->addr, a->addr_len) == 0 &&
-	       strcmp(a->cluster_id, b->cluster_id) == 0;
-}
-
 /* Writes the length field and the tag of buf[0..len) again, under k. */
 static void reseal(uint8_t *buf, size_t len, const uint8_t *k, size_t klen)
 {
@@ -97,7 +80,7 @@ static void expect(const struct peer_msg *m, int want, const char *what)
 			fprintf(stderr, "%s (%s key): peer_decode %d, expected %d\n", what,
 				keyed ? "with a" : "without a", r, want);
 			check_failures++;
-		} else if (want == 0 && !msg_equal(m, &out)) {
+		} else if (want == 0 && !peer_msg_equal(m, &out)) {
 			fprintf(stderr, "%s: decoded fields differ\n", what);
 			check_failures++;
 		}

@@ -25,19 +25,7 @@ log "step 2 in flight on every node; rank 3 held back"
 cluster_ranks s2 "0 1 4 5" "${DATA[@]}" --steps 2 --expect-fail 2 --timeout-ms 120000
 cluster_ranks s2 "2" "${DATA[@]}" --steps 2 --timeout-ms 120000
 cluster_ranks s2 "3" "${DATA[@]}" --steps 2 --gate "2:$T/gate-3" --timeout-ms 120000
-for i in $(seq 1 1200); do
-	n=0
-	for r in 0 1 2 4 5; do
-		grep -q "rank $r step 2 accepted" "$T/s2-$r.log" 2>/dev/null && n=$((n + 1))
-	done
-	[ "$n" -eq 5 ] && break
-	for r in 0 1 4 5; do
-		kill -0 "${CRANK_PID[$r]}" 2>/dev/null ||
-			fail "rank $r ended before node 1's daemon was killed: $(cat "$T/s2-$r.log")"
-	done
-	sleep 0.1
-done
-[ "$n" -eq 5 ] || fail "ranks 0,1,2,4,5 did not all hand over step 2 within 120 s"
+wait_handed_over s2 2 "0 1 2 4 5" "0 1 4 5"
 [ -e "$(stepdir "$JOB" 2)/MANIFEST.json" ] && fail "step 2 committed without rank 3"
 
 log "kill -9 node 1's daemon"

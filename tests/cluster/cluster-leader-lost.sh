@@ -26,15 +26,7 @@ log "step 2 in flight; rank 5 (node 2) held back, so it cannot commit"
 cluster_ranks s2 "1 2 3 4" "${DATA[@]}" --steps 2 --expect-fail 2 --timeout-ms 120000
 cluster_ranks s2 "0" "${DATA[@]}" --steps 2 --timeout-ms 120000
 cluster_ranks s2 "5" "${DATA[@]}" --steps 2 --gate "2:$T/gate-5" --timeout-ms 120000
-for i in $(seq 1 1200); do
-	n=0
-	for r in 0 1 2 3 4; do
-		grep -q "rank $r step 2 accepted" "$T/s2-$r.log" 2>/dev/null && n=$((n + 1))
-	done
-	[ "$n" -eq 5 ] && break
-	sleep 0.1
-done
-[ "$n" -eq 5 ] || fail "ranks 0-4 did not all hand over step 2 within 120 s"
+wait_handed_over s2 2 "0 1 2 3 4"
 
 log "kill -9 the leader (node 0)"
 ckptd_kill9 n0

@@ -181,6 +181,27 @@ run_cluster_ranks() {
 	cluster_wait "$prefix" "$(seq 0 $((WORLD - 1)) | tr '\n' ' ')"
 }
 
+# wait_handed_over PREFIX STEP "RANKS" ["LIVE"]: wait up to 120 s until each
+# rank in RANKS (logging to $T/PREFIX-R.log) has handed over STEP (SAVE_OK);
+# the ranks in LIVE must not end meanwhile.
+wait_handed_over() {
+	local prefix=$1 step=$2 ranks=$3 live=${4:-} want n i r
+	want=$(wc -w <<<"$ranks")
+	for i in $(seq 1 1200); do
+		n=0
+		for r in $ranks; do
+			grep -q "rank $r step $step accepted" "$T/$prefix-$r.log" 2>/dev/null && n=$((n + 1))
+		done
+		[ "$n" -eq "$want" ] && return 0
+		for r in $live; do
+			kill -0 "${CRANK_PID[$r]}" 2>/dev/null ||
+				fail "rank $r ended while step $step was being handed over: $(cat "$T/$prefix-$r.log")"
+		done
+		sleep 0.1
+	done
+	fail "ranks $ranks did not all hand over step $step within 120 s"
+}
+
 # no_manifest_for JOBDIR STEP SECS: no MANIFEST.json for STEP appears
 # during SECS seconds.
 no_manifest_for() {

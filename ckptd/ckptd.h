@@ -52,6 +52,7 @@ struct client {
 	uid_t uid;
 	bool hello_done;
 	bool hello_pending;   /* HELLO accepted, arena being populated */
+	bool hello_job_wait;  /* HELLO waits for the job's takeover (coord.c) */
 	uint32_t hello_seq;
 	bool dead;            /* connection closed; freed when refs == 0 */
 	unsigned refs;        /* save jobs and restores using the arena */
@@ -130,6 +131,12 @@ struct job {
 	uint32_t *left;            /* ranks that disconnected and have not come back */
 	size_t n_left, cap_left;
 	unsigned retention_running;
+	/* Ownership (coord.c, FORMAT.md "OWNER"): a job is usable once this
+	 * daemon has taken it over on a worker; its waiters are told then. */
+	bool ready;
+	int lock_fd;               /* the OWNER lock it holds, or -1 (non-leader) */
+	struct job_waiter *waiters;
+	bool waking;               /* its waiters are being told */
 };
 
 struct io_req;
@@ -168,6 +175,7 @@ struct daemon {
 	struct peerlink *peer;        /* the peer link of a multi-node group, or NULL (peer.c) */
 	struct retained *retained;    /* arenas of departed ranks, for restores (retain.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
+	char daemon_id[40];        /* this run, in OWNER files (coord.c) */
 };
 
 /* server.c */
@@ -198,8 +206,25 @@ void slots_watch(struct client *c);
 int coord_recover(struct daemon *d);
 /* Delete what waits in the trash, in a worker. */
 void coord_trash_empty(struct daemon *d);
+/*
+ * A job this daemon has taken over, or NULL. With `create`, a job not yet
+ * known is taken over here, synchronously (blocking metadata I/O on the
+ * loop: only the peer link's messages still do that); a job whose takeover
+ * is running on a worker is not returned.
+ */
 struct job *job_get(struct daemon *d, const char *name, bool create);
-/* Forget a job nobody uses (its fd, memory; its directory if empty). */
+/*
+ * Take the job over on a worker (create its directory, take its OWNER lock,
+ * recover it, load its committed steps, apply retention) unless that is done
+ * or running already, and call ready(arg, job, 0, NULL) on the loop once the
+ * job is usable, or ready(arg, NULL, error, reason) if it cannot be (another
+ * daemon or group owns it: -CKPT_E_REFUSED, the reason names the holder).
+ * ready may run before job_open returns. 0, or -ENOMEM (ready not called).
+ */
+typedef void (*job_ready_fn)(void *arg, struct job *job, int error, const char *reason);
+int job_open(struct daemon *d, const char *name, job_ready_fn ready, void *arg);
+/* Forget a job nobody uses (its fd, memory; its directory if empty) and
+ * give up its ownership. */
 void job_release(struct job *job);
 bool job_is_committed(const struct job *job, uint64_t step);
 /* A step restored from S3 into the root is committed there again. */

@@ -12,7 +12,8 @@
  * shared root, checks it against the vote's digest and sizes, and only then
  * writes the manifest. Only the leader deletes step directories (failed
  * steps, retention, recovery): the others forget.
- * Recovery at start-up removes every step directory without a manifest.
+ * A job is recovered (its step directories without a manifest removed)
+ * when this daemon takes it over: see "Jobs: ownership" below.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -292,62 +294,433 @@ static void retention_apply(struct job *job)
 	}
 }
 
-/* ---- Jobs ----------------------------------------------------------- */
+/* ---- Jobs: ownership, takeover, release ----------------------------- */
 
-static int job_load(struct job *job)
+/*
+ * A job is managed by one daemon at a time (FORMAT.md, "OWNER"; DESIGN.md,
+ * "Ownership"). A single-node daemon, or the leader (node 0) of a group,
+ * takes the job's OWNER lock when the job's first rank says HELLO, and only
+ * then recovers the job (its uncommitted steps go to .trash, LATEST is
+ * fixed, its committed steps are loaded, retention applies); it holds the
+ * lock until job_release() forgets the job or ckptd exits. Another node of
+ * a group never takes the lock: it refuses a job whose lock is held by
+ * anyone but a leader of its own cluster id, and otherwise leaves ownership
+ * to its leader. All of that is metadata I/O on the shared root and runs on
+ * a worker; HELLOs for the job wait meanwhile and share the one takeover.
+ */
+
+struct job_waiter {
+	struct job_waiter *next;
+	job_ready_fn ready;
+	void *arg;
+};
+
+struct takeover {
+	struct daemon *d;
+	struct job *job;       /* the loop's record; the worker reads only its name */
+	int dirfd, lockfd;
+	uint64_t *committed;   /* ascending */
+	size_t n_committed;
+	unsigned removed;      /* uncommitted steps moved to .trash */
+	int result;
+	char reason[CKPT_REASON_MAX + 1];
+};
+
+static void owner_me(const struct daemon *d, struct store_owner *me)
 {
-	uint64_t *steps = NULL;
-	size_t n = 0;
-	int r = store_list_steps(job->dirfd, true, &steps, &n);
+	struct timespec ts;
+	struct tm tm;
 
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < n; i++) {
-		r = committed_insert(job, steps[i]);
+	memset(me, 0, sizeof(*me));
+	if (gethostname(me->host, sizeof(me->host) - 1) < 0)
+		snprintf(me->host, sizeof(me->host), "unknown");
+	me->pid = (long)getpid();
+	snprintf(me->daemon, sizeof(me->daemon), "%s", d->daemon_id);
+	snprintf(me->cluster, sizeof(me->cluster), "%s",
+		 d->cfg->cluster_id ? d->cfg->cluster_id : "default");
+	me->nodes = d->cfg->nodes > 1 ? d->cfg->nodes : 1;
+	me->node = me->nodes > 1 ? d->cfg->node_index : 0;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	strftime(me->since, sizeof(me->since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Whether dirfd still is <root>/name (a releasing owner may remove an
+ * empty job directory while another opens it). */
+static bool job_dir_current(int rootfd, const char *name, int dirfd)
+{
+	struct stat a, b;
+
+	return fstat(dirfd, &a) == 0 && fstatat(rootfd, name, &b, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static int job_dir_open(struct daemon *d, const char *name, int *dirfd)
+{
+	if (mkdirat(d->root_fd, name, 0750) == 0)
+		store_fsync_dir(d->root_fd);
+	else if (errno != EEXIST)
+		return -errno;
+	*dirfd = openat(d->root_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	return *dirfd < 0 ? -errno : 0;
+}
+
+static void fd_close(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+/* The lock of a single daemon or a group's leader. */
+static int takeover_lock(struct takeover *tk)
+{
+	struct daemon *d = tk->d;
+	const char *name = tk->job->name;
+	struct store_owner me, holder;
+	char who[400];
+	int r = -ESTALE;
+
+	owner_me(d, &me);
+	/* -ESTALE: the file or directory changed under us, look again.
+	 * Held by this very daemon: its release of the job is finishing on
+	 * another worker; wait for it a little (at most about 2 s). */
+	for (int attempt = 0; attempt < 100; attempt++) {
+		fd_close(&tk->lockfd);
+		fd_close(&tk->dirfd);
+		if (attempt)
+			usleep(20000);
+		r = job_dir_open(d, name, &tk->dirfd);
 		if (r < 0)
 			break;
+		r = store_owner_lock(tk->dirfd, &me, &tk->lockfd, &holder);
+		if (r == 0 && !job_dir_current(d->root_fd, name, tk->dirfd))
+			r = -ESTALE;
+		if (r == 0 || (r != -ESTALE && r != -EAGAIN))
+			break;
+		if (r == -EAGAIN && strcmp(holder.daemon, d->daemon_id) != 0)
+			break;
 	}
-	free(steps);
-	return r < 0 ? r : 0;
+	if (r == -EAGAIN) {
+		store_owner_describe(&holder, who, sizeof(who));
+		snprintf(tk->reason, sizeof(tk->reason), "job %s is owned by another ckptd: %s "
+			 "(lock %s/%s/%s); this daemon refuses it until that one releases it", name,
+			 who, d->cfg->root, name, CKPT_OWNER_NAME);
+		return -CKPT_E_REFUSED;
+	}
+	if (r < 0)
+		snprintf(tk->reason, sizeof(tk->reason), "cannot take job %s over: %s/%s/%s: %s",
+			 name, d->cfg->root, name, CKPT_OWNER_NAME, strerror(-r));
+	return r;
+}
+
+/* A node of a group that is not its leader: only refuse what another owns. */
+static int takeover_check_leader(struct takeover *tk)
+{
+	struct daemon *d = tk->d;
+	const char *name = tk->job->name;
+	struct store_owner holder;
+	char who[400];
+	int r = job_dir_open(d, name, &tk->dirfd);
+
+	if (r < 0) {
+		snprintf(tk->reason, sizeof(tk->reason), "cannot open job directory %s/%s: %s",
+			 d->cfg->root, name, strerror(-r));
+		return r;
+	}
+	r = store_owner_probe(tk->dirfd, &holder);
+	if (r < 0) {
+		snprintf(tk->reason, sizeof(tk->reason), "cannot check the owner of job %s "
+			 "(%s/%s/%s): %s", name, d->cfg->root, name, CKPT_OWNER_NAME, strerror(-r));
+		return r;
+	}
+	if (r > 0 && (holder.nodes <= 1 || strcmp(holder.cluster, d->cfg->cluster_id) != 0)) {
+		store_owner_describe(&holder, who, sizeof(who));
+		snprintf(tk->reason, sizeof(tk->reason), "job %s is owned by %s, not by the leader "
+			 "of this group (cluster %s); this node refuses it", name, who,
+			 d->cfg->cluster_id);
+		return -CKPT_E_REFUSED;
+	}
+	return 0;
+}
+
+static bool steps_contain(const uint64_t *v, size_t n, uint64_t step)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v[mid] == step)
+			return true;
+		if (v[mid] < step)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/*
+ * Recovery of one job, by its new owner: what no reader may see goes, LATEST
+ * names the newest committed step. Alone, every uncommitted step is debris
+ * of a crash (the lock says nobody else writes here). A group's leader
+ * spares those newer than the newest committed step: the other nodes may be
+ * writing them right now, before this node's first rank came.
+ */
+static int takeover_recover(struct takeover *tk)
+{
+	struct daemon *d = tk->d;
+	const char *name = tk->job->name;
+	uint64_t *all = NULL, newest;
+	size_t n_all = 0;
+	int r = store_list_steps(tk->dirfd, false, &all, &n_all);
+
+	if (r < 0)
+		goto fail;
+	r = store_list_steps(tk->dirfd, true, &tk->committed, &tk->n_committed);
+	if (r < 0)
+		goto fail;
+	newest = tk->n_committed ? tk->committed[tk->n_committed - 1] : CKPT_NO_STEP;
+	for (size_t i = 0; i < n_all; i++) {
+		char dn[32];
+
+		if (steps_contain(tk->committed, tk->n_committed, all[i]))
+			continue;
+		if (d->cfg->nodes > 1 && (newest == CKPT_NO_STEP || all[i] > newest))
+			continue;
+		if (ckpt_step_dirname(dn, sizeof(dn), all[i]) < 0)
+			continue;
+		log_warn("recovery", "removing uncommitted step job=%s step=%llu", name,
+			 (unsigned long long)all[i]);
+		int tr = trash_move(d, tk->job, tk->dirfd, dn);
+		if (tr < 0)
+			log_error("recovery", "cannot remove %s/%s: %s", name, dn, strerror(-tr));
+		else
+			tk->removed++;
+	}
+	free(all);
+	all = NULL;
+	if (unlinkat(tk->dirfd, CKPT_LATEST_NAME ".tmp", 0) == 0)
+		log_info("recovery", "removed %s/LATEST.tmp", name);
+	store_fsync_dir(tk->dirfd);
+	uint64_t latest = 0;
+	if (newest != CKPT_NO_STEP &&
+	    (store_read_latest(tk->dirfd, &latest) < 0 || latest != newest)) {
+		log_info("recovery", "LATEST set job=%s step=%llu", name, (unsigned long long)newest);
+		pthread_mutex_lock(&latest_lock);
+		r = store_write_latest(tk->dirfd, newest);
+		pthread_mutex_unlock(&latest_lock);
+		if (r < 0)
+			log_warn("recovery", "LATEST not updated job=%s step=%llu error=\"%s\"", name,
+				 (unsigned long long)newest, strerror(-r));
+	}
+	return 0;
+fail:
+	free(all);
+	snprintf(tk->reason, sizeof(tk->reason), "cannot list the steps of job %s (%s/%s): %s",
+		 name, d->cfg->root, name, strerror(-r));
+	return r;
+}
+
+static void takeover_run(void *arg)
+{
+	struct takeover *tk = arg;
+	int r;
+
+	if (coord_is_leader(tk->d)) {
+		r = takeover_lock(tk);
+		if (r == 0)
+			r = takeover_recover(tk);
+	} else {
+		r = takeover_check_leader(tk);
+		if (r == 0) {
+			r = store_list_steps(tk->dirfd, true, &tk->committed, &tk->n_committed);
+			if (r < 0)
+				snprintf(tk->reason, sizeof(tk->reason), "cannot list the steps of "
+					 "job %s: %s", tk->job->name, strerror(-r));
+		}
+	}
+	tk->result = r;
+}
+
+static struct job *job_find(struct daemon *d, const char *name)
+{
+	for (struct job *job = d->jobs; job; job = job->next)
+		if (strcmp(job->name, name) == 0)
+			return job;
+	return NULL;
+}
+
+static void job_unlink(struct job *job)
+{
+	for (struct job **p = &job->d->jobs; *p; p = &(*p)->next) {
+		if (*p == job) {
+			*p = job->next;
+			return;
+		}
+	}
+}
+
+static void job_free(struct job *job)
+{
+	if (job->dirfd >= 0)
+		close(job->dirfd);
+	if (job->lock_fd >= 0)
+		close(job->lock_fd);
+	free(job->committed);
+	free(job->restore_pins);
+	free(job->left);
+	free(job);
+}
+
+/* A record for a job being taken over, with its takeover. */
+static struct job *job_new(struct daemon *d, const char *name, struct takeover **tkp)
+{
+	struct job *job = calloc(1, sizeof(*job));
+	struct takeover *tk = calloc(1, sizeof(*tk));
+
+	if (!job || !tk) {
+		free(job);
+		free(tk);
+		return NULL;
+	}
+	job->d = d;
+	job->dirfd = job->lock_fd = -1;
+	snprintf(job->name, sizeof(job->name), "%s", name);
+	tk->d = d;
+	tk->job = job;
+	tk->dirfd = tk->lockfd = -1;
+	job->next = d->jobs;
+	d->jobs = job;
+	*tkp = tk;
+	return job;
+}
+
+/* On the loop: the job is usable now, or it is forgotten. */
+static struct job *takeover_finish(struct takeover *tk)
+{
+	struct job *job = tk->job;
+	struct daemon *d = tk->d;
+
+	for (size_t i = 0; tk->result == 0 && i < tk->n_committed; i++) {
+		if (committed_insert(job, tk->committed[i]) < 0) {
+			tk->result = -ENOMEM;
+			snprintf(tk->reason, sizeof(tk->reason), "out of memory loading job %s",
+				 job->name);
+		}
+	}
+	free(tk->committed);
+	tk->committed = NULL;
+	if (tk->result < 0) {
+		log_warn("owner", "job not taken over job=%s error=\"%s\"", job->name, tk->reason);
+		fd_close(&tk->dirfd);
+		fd_close(&tk->lockfd);
+		job_unlink(job);
+		job_free(job);
+		return NULL;
+	}
+	job->dirfd = TAKE_FD(tk->dirfd);
+	job->lock_fd = TAKE_FD(tk->lockfd);
+	job->ready = true;
+	uint64_t newest = job_latest(job);
+	log_info("recovery", "job=%s committed=%zu latest=%lld removed=%u owner=%s", job->name,
+		 job->n_committed, newest == CKPT_NO_STEP ? -1LL : (long long)newest, tk->removed,
+		 job->lock_fd >= 0 ? "self" : "leader");
+	if (job->n_committed)
+		metrics_set(M_NEWEST_COMMITTED_STEP, (double)newest, job->name, "root");
+	if (!d->stopping)
+		retention_apply(job);
+	return job;
+}
+
+static void takeover_done(void *arg)
+{
+	struct takeover *tk = arg;
+	struct daemon *d = tk->d;
+	struct job *job = tk->job;
+	struct job_waiter *w = job->waiters;
+
+	d->busy--;
+	job->waiters = NULL;
+	job = takeover_finish(tk);
+	/* A waiter may give up on the job (and release it): it stays until
+	 * every waiter has been told. */
+	if (job)
+		job->waking = true;
+	while (w) {
+		struct job_waiter *next = w->next;
+		w->ready(w->arg, job, job ? 0 : tk->result, job ? NULL : tk->reason);
+		free(w);
+		w = next;
+	}
+	free(tk);
+	if (job) {
+		job->waking = false;
+		job_release(job);
+	}
+}
+
+int job_open(struct daemon *d, const char *name, job_ready_fn ready, void *arg)
+{
+	struct job *job = job_find(d, name);
+	struct takeover *tk = NULL;
+	struct job_waiter *w;
+
+	if (job && job->ready) {
+		ready(arg, job, 0, NULL);
+		return 0;
+	}
+	w = calloc(1, sizeof(*w));
+	if (!w)
+		return -ENOMEM;
+	w->ready = ready;
+	w->arg = arg;
+	if (!job) {
+		job = job_new(d, name, &tk);
+		if (!job) {
+			free(w);
+			return -ENOMEM;
+		}
+		d->busy++;
+		if (workers_submit(d->workers, takeover_run, takeover_done, tk) < 0) {
+			d->busy--;
+			job_unlink(job);
+			job_free(job);
+			free(tk);
+			free(w);
+			return -ENOMEM;
+		}
+	}
+	struct job_waiter **p = &job->waiters;
+	while (*p)
+		p = &(*p)->next;
+	*p = w;
+	return 0;
 }
 
 struct job *job_get(struct daemon *d, const char *name, bool create)
 {
-	struct job *job;
+	struct job *job = job_find(d, name);
+	struct takeover *tk;
 
-	for (job = d->jobs; job; job = job->next)
-		if (strcmp(job->name, name) == 0)
-			return job;
+	if (job)
+		return job->ready ? job : NULL;
 	if (!create)
 		return NULL;
-	if (mkdirat(d->root_fd, name, 0750) == 0)
-		store_fsync_dir(d->root_fd);
-	else if (errno != EEXIST)
-		return NULL;
-	job = calloc(1, sizeof(*job));
+	/* The peer link's path (a vote for a job no local rank has opened
+	 * yet): the takeover happens here, on the loop. */
+	job = job_new(d, name, &tk);
 	if (!job)
 		return NULL;
-	job->d = d;
-	snprintf(job->name, sizeof(job->name), "%s", name);
-	job->dirfd = openat(d->root_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	if (job->dirfd < 0 || job_load(job) < 0) {
-		if (job->dirfd >= 0)
-			close(job->dirfd);
-		free(job->committed);
-		free(job->restore_pins);
-		free(job);
-		return NULL;
-	}
-	job->next = d->jobs;
-	d->jobs = job;
-	if (job->n_committed)
-		metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
+	takeover_run(tk);
+	job = takeover_finish(tk);
+	free(tk);
 	return job;
 }
 
 static bool job_in_use(const struct job *job)
 {
-	if (job->clients || job->retention_running)
+	if (!job->ready || job->waking || job->clients || job->retention_running)
 		return true;
 	for (size_t i = 0; i < job->n_committed; i++)
 		if (job->restore_pins[i])
@@ -359,6 +732,38 @@ static bool job_in_use(const struct job *job)
 }
 
 static void step_free(struct step *st);
+
+/* Giving a job up: on a worker, as closing a lock is a request to the lock
+ * manager on a shared file system. */
+struct release {
+	struct daemon *d;
+	char name[CKPT_JOB_NAME_MAX + 1];
+	int dirfd, lockfd;
+	bool remove_dir;
+};
+
+static void release_run(void *arg)
+{
+	struct release *rl = arg;
+
+	/* A job that never committed anything leaves no empty directory. The
+	 * lock is still held: nobody takes the job meanwhile, and a daemon
+	 * that opened OWNER just before sees it unlinked and looks again. */
+	if (rl->remove_dir && rl->lockfd >= 0 &&
+	    unlinkat(rl->dirfd, CKPT_OWNER_NAME, 0) == 0 &&
+	    unlinkat(rl->d->root_fd, rl->name, AT_REMOVEDIR) == 0)
+		store_fsync_dir(rl->d->root_fd);
+	fd_close(&rl->lockfd);
+	fd_close(&rl->dirfd);
+}
+
+static void release_done(void *arg)
+{
+	struct release *rl = arg;
+
+	rl->d->busy--;
+	free(rl);
+}
 
 void job_release(struct job *job)
 {
@@ -373,22 +778,25 @@ void job_release(struct job *job)
 		job->steps = st->next;
 		step_free(st);
 	}
-	/* A job that never committed anything leaves no empty directory
-	 * (alone: in a group another node may be about to use it). */
-	if (job->n_committed == 0 && d->cfg->nodes <= 1 &&
-	    unlinkat(d->root_fd, job->name, AT_REMOVEDIR) == 0)
-		store_fsync_dir(d->root_fd);
-	for (struct job **p = &d->jobs; *p; p = &(*p)->next) {
-		if (*p == job) {
-			*p = job->next;
-			break;
+	job_unlink(job);
+	if (job->lock_fd >= 0)
+		log_info("owner", "job released job=%s committed=%zu", job->name, job->n_committed);
+	struct release *rl = calloc(1, sizeof(*rl));
+	if (rl) {
+		rl->d = d;
+		snprintf(rl->name, sizeof(rl->name), "%s", job->name);
+		rl->dirfd = TAKE_FD(job->dirfd);
+		rl->lockfd = TAKE_FD(job->lock_fd);
+		/* Alone only: in a group another node may be about to use it. */
+		rl->remove_dir = job->n_committed == 0 && d->cfg->nodes <= 1;
+		d->busy++;
+		if (workers_submit(d->workers, release_run, release_done, rl) < 0) {
+			d->busy--;
+			release_run(rl);
+			free(rl);
 		}
 	}
-	close(job->dirfd);
-	free(job->committed);
-	free(job->restore_pins);
-	free(job->left);
-	free(job);
+	job_free(job);
 }
 
 /* ---- Steps ---------------------------------------------------------- */
@@ -846,90 +1254,27 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 	}
 }
 
-/* ---- Recovery at start-up -------------------------------------------- */
+/* ---- Start-up ----------------------------------------------------------- */
 
-static int recover_job(struct daemon *d, const char *name)
-{
-	struct job *job;
-	uint64_t *steps = NULL;
-	size_t n = 0;
-	int r;
-	int fd = openat(d->root_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-
-	if (fd < 0)
-		return -errno;
-	r = store_list_steps(fd, false, &steps, &n);
-	if (r < 0) {
-		close(fd);
-		return r;
-	}
-	for (size_t i = 0; i < n; i++) {
-		char dn[32];
-		struct stat sb;
-		int sfd;
-
-		ckpt_step_dirname(dn, sizeof(dn), steps[i]);
-		sfd = openat(fd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		if (sfd < 0)
-			continue;
-		bool committed = fstatat(sfd, CKPT_MANIFEST_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0;
-		close(sfd);
-		if (committed)
-			continue;
-		/* In a group, other nodes may be writing this step right now;
-		 * the leader's start is what ends every open step. */
-		if (!coord_is_leader(d))
-			continue;
-		log_warn("recovery", "removing uncommitted step job=%s step=%llu", name,
-			 (unsigned long long)steps[i]);
-		r = trash_move(d, NULL, fd, dn);
-		if (r < 0)
-			log_error("recovery", "cannot remove %s/%s: %s", name, dn, strerror(-r));
-	}
-	free(steps);
-	if (unlinkat(fd, CKPT_LATEST_NAME ".tmp", 0) == 0)
-		log_info("recovery", "removed %s/LATEST.tmp", name);
-	store_fsync_dir(fd);
-	close(fd);
-
-	job = job_get(d, name, false);
-	if (!job)
-		job = job_get(d, name, true);
-	if (!job)
-		return -ENOMEM;
-	uint64_t latest = 0, newest = job_latest(job);
-	if (newest != CKPT_NO_STEP &&
-	    (store_read_latest(job->dirfd, &latest) < 0 || latest != newest)) {
-		log_info("recovery", "LATEST set job=%s step=%llu", name,
-			 (unsigned long long)newest);
-		store_write_latest(job->dirfd, newest);
-	}
-	log_info("recovery", "job=%s committed=%zu latest=%lld", name, job->n_committed,
-		 newest == CKPT_NO_STEP ? -1LL : (long long)newest);
-	retention_apply(job);
-	return 0;
-}
-
+/*
+ * Nothing under the root is scanned at start-up: other daemons may own
+ * other jobs there, with their own settings. Each job is recovered when
+ * this daemon takes it over (job_open). Only .trash is this daemon's
+ * business at start, and this run's identity in OWNER files.
+ */
 int coord_recover(struct daemon *d)
 {
-	char **jobs = NULL;
-	size_t n = 0;
-	int r;
+	uint64_t rnd = 0;
 
 	if (mkdirat(d->root_fd, ".trash", 0700) < 0 && errno != EEXIST)
 		log_warn("recovery", "cannot create %s/.trash, deleting in place: %s", d->cfg->root,
 			 strerror(errno));
 	d->trash_fd = openat(d->root_fd, ".trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-	r = store_list_jobs(d->root_fd, &jobs, &n);
-
-	if (r < 0)
-		return r;
-	for (size_t i = 0; i < n; i++) {
-		r = recover_job(d, jobs[i]);
-		if (r < 0)
-			log_error("recovery", "job=%s: %s", jobs[i], strerror(-r));
-	}
-	store_strv_free(jobs, n);
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+	snprintf(d->daemon_id, sizeof(d->daemon_id), "%016llx", (unsigned long long)rnd);
+	log_info("owner", "daemon id=%s: jobs are taken over (and recovered) at their first HELLO",
+		 d->daemon_id);
 	return 0;
 }
 

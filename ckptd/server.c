@@ -421,14 +421,43 @@ static void populate_done(void *arg)
 	client_unref(c);
 }
 
+static void hello_continue(struct client *c, struct job *job, const struct ckpt_msg_hello *h,
+			   uint32_t seq);
+
+/* A HELLO waiting for its job's takeover (coord.c, job_open). */
+struct hello_wait {
+	struct client *c;
+	uint32_t seq;
+	struct ckpt_msg_hello h;
+};
+
+static void hello_job_ready(void *arg, struct job *job, int error, const char *reason)
+{
+	struct hello_wait *hw = arg;
+	struct client *c = hw->c;
+
+	c->hello_job_wait = false;
+	if (!c->dead) {
+		if (job) {
+			hello_continue(c, job, &hw->h, hw->seq);
+		} else {
+			log_warn("server", "HELLO refused client=%llu job=%s rank=%u pid=%d error=\"%s\"",
+				 (unsigned long long)c->id, hw->h.job, hw->h.rank, (int)c->pid,
+				 reason ? reason : strerror(-error));
+			send_error(c, hw->seq, error, "%s", reason ? reason : strerror(-error));
+			client_kill(c, "job not available here");
+		}
+	}
+	client_unref(c);
+	free(hw);
+}
+
 static void on_hello(struct client *c, const struct ckpt_msg *m)
 {
 	struct daemon *d = c->d;
 	const struct ckpt_msg_hello *h = &m->u.hello;
-	char err[CKPT_REASON_MAX + 1];
-	struct job *job;
 
-	if (c->hello_done || c->hello_pending) {
+	if (c->hello_done || c->hello_pending || c->hello_job_wait) {
 		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "second HELLO");
 		return;
 	}
@@ -437,15 +466,37 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 				      h->job, h->rank, h->world_size);
 		return;
 	}
-	job = job_get(d, h->job, true);
-	if (!job) {
-		send_error(c, m->seq, -EIO, "cannot open job directory %s/%s: %s", d->cfg->root,
-			   h->job, strerror(errno ? errno : EIO));
-		client_kill(c, "job directory");
+	/* Opening the job is metadata I/O on the shared root (and, the first
+	 * time, its takeover and recovery): on a worker; this rank waits,
+	 * every other client goes on being served. */
+	struct hello_wait *hw = calloc(1, sizeof(*hw));
+	if (!hw) {
+		send_error(c, m->seq, -ENOMEM, "out of memory");
+		client_kill(c, "out of memory");
 		return;
 	}
+	hw->c = c;
+	hw->seq = m->seq;
+	hw->h = *h;
+	c->refs++;
+	c->hello_job_wait = true;
+	if (job_open(d, h->job, hello_job_ready, hw) < 0) {
+		c->hello_job_wait = false;
+		c->refs--;
+		free(hw);
+		send_error(c, m->seq, -ENOMEM, "out of memory opening job %s", h->job);
+		client_kill(c, "out of memory");
+	}
+}
+
+static void hello_continue(struct client *c, struct job *job, const struct ckpt_msg_hello *h,
+			   uint32_t seq)
+{
+	struct daemon *d = c->d;
+	char err[CKPT_REASON_MAX + 1];
+
 	if (job->clients > 0 && job->world_size != h->world_size) {
-		send_error(c, m->seq, -CKPT_E_REFUSED,
+		send_error(c, seq, -CKPT_E_REFUSED,
 			   "job %s: rank %u says world size %u, connected ranks say %u",
 			   job->name, h->rank, h->world_size, job->world_size);
 		client_kill(c, "world size mismatch");
@@ -453,7 +504,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 		return;
 	}
 	if (rank_taken(job, h->rank)) {
-		send_error(c, m->seq, -CKPT_E_BUSY,
+		send_error(c, seq, -CKPT_E_BUSY,
 			   "job %s: rank %u is already connected", job->name, h->rank);
 		client_kill(c, "duplicate rank");
 		job_release(job);
@@ -467,14 +518,14 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 	if (r < 0) {
 		c->job = NULL;
 		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
-		send_error(c, m->seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
+		send_error(c, seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
 		client_kill(c, "arena");
 		job_release(job);
 		return;
 	}
 	/* The rank counts for the job from now on (world size, duplicates). */
 	c->hello_pending = true;
-	c->hello_seq = m->seq;
+	c->hello_seq = seq;
 	coord_rank_back(job, c->rank);
 	job->clients++;
 	job->world_size = h->world_size;
@@ -493,7 +544,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 	/* No worker to spare the memory for: do it here. */
 	r = arena_populate(c, err, sizeof(err));
 	if (r < 0) {
-		send_error(c, m->seq, r, "%s", err);
+		send_error(c, seq, r, "%s", err);
 		client_kill(c, "arena");
 		return;
 	}
@@ -1311,6 +1362,8 @@ out:
 		}
 		if (job->dirfd >= 0)
 			close(job->dirfd);
+		if (job->lock_fd >= 0)
+			close(job->lock_fd); /* gives the job up */
 		free(job->committed);
 		free(job->restore_pins);
 		free(job->left);

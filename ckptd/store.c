@@ -1059,3 +1059,202 @@ int store_verify_rank_bytes(const struct ckpt_manifest *m, uint32_t rank,
 		return verify_failed(m, rank, dname, why, res, r);
 	return r;
 }
+
+/* ---- Job ownership (OWNER) ------------------------------------------ */
+
+#define STORE_OWNER_MAX 4096
+
+int store_owner_format(const struct store_owner *o, char *buf, size_t len)
+{
+	int n = snprintf(buf, len,
+			 STORE_OWNER_FORMAT "\nhost=%s\npid=%ld\ndaemon=%s\ncluster=%s\n"
+			 "node=%" PRIu32 "\nnodes=%" PRIu32 "\nsince=%s\n",
+			 o->host, o->pid, o->daemon, o->cluster, o->node, o->nodes, o->since);
+
+	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
+}
+
+static void owner_field(char *dst, size_t cap, const char *v, size_t vlen)
+{
+	size_t n = vlen < cap - 1 ? vlen : cap - 1;
+
+	/* Only printable ASCII goes into messages and logs. */
+	for (size_t i = 0; i < n; i++)
+		dst[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
+	dst[n] = 0;
+}
+
+static bool owner_number(const char *v, size_t vlen, uint64_t max, uint64_t *out)
+{
+	uint64_t x = 0;
+
+	if (vlen == 0 || vlen > 20)
+		return false;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return false;
+		x = x * 10 + (uint64_t)(v[i] - '0');
+	}
+	if (x > max)
+		return false;
+	*out = x;
+	return true;
+}
+
+int store_owner_parse(const char *buf, size_t len, struct store_owner *o)
+{
+	size_t hl = strlen(STORE_OWNER_FORMAT);
+
+	memset(o, 0, sizeof(*o));
+	if (len < hl + 1 || memcmp(buf, STORE_OWNER_FORMAT, hl) != 0 || buf[hl] != '\n')
+		return -EBADMSG;
+	for (size_t i = hl + 1; i < len;) {
+		const char *line = buf + i;
+		const char *nl = memchr(line, '\n', len - i);
+		size_t ll = nl ? (size_t)(nl - line) : len - i;
+		const char *eq = memchr(line, '=', ll);
+		uint64_t x;
+
+		i += ll + 1;
+		if (!eq)
+			continue;
+		size_t kl = (size_t)(eq - line), vl = ll - kl - 1;
+		const char *v = eq + 1;
+#define KEY(k) (kl == strlen(k) && memcmp(line, k, kl) == 0)
+		if (KEY("host"))
+			owner_field(o->host, sizeof(o->host), v, vl);
+		else if (KEY("daemon"))
+			owner_field(o->daemon, sizeof(o->daemon), v, vl);
+		else if (KEY("cluster"))
+			owner_field(o->cluster, sizeof(o->cluster), v, vl);
+		else if (KEY("since"))
+			owner_field(o->since, sizeof(o->since), v, vl);
+		else if (KEY("pid") && owner_number(v, vl, INT32_MAX, &x))
+			o->pid = (long)x;
+		else if (KEY("node") && owner_number(v, vl, UINT32_MAX, &x))
+			o->node = (uint32_t)x;
+		else if (KEY("nodes") && owner_number(v, vl, UINT32_MAX, &x))
+			o->nodes = (uint32_t)x;
+#undef KEY
+	}
+	return 0;
+}
+
+void store_owner_describe(const struct store_owner *o, char *buf, size_t len)
+{
+	if (o->pid <= 0) {
+		snprintf(buf, len, "a holder whose %s file cannot be read", CKPT_OWNER_NAME);
+		return;
+	}
+	if (o->nodes > 1)
+		snprintf(buf, len, "host %s pid %ld (cluster %s, node %" PRIu32 " of %" PRIu32
+			 ") since %s", o->host, o->pid, o->cluster, o->node, o->nodes, o->since);
+	else
+		snprintf(buf, len, "host %s pid %ld (a single-node ckptd) since %s", o->host,
+			 o->pid, o->since);
+}
+
+static void owner_read(int fd, struct store_owner *holder)
+{
+	char buf[STORE_OWNER_MAX];
+
+	memset(holder, 0, sizeof(*holder));
+	/* The holder rewrites the file only while it takes the lock: a short
+	 * read of a half-written file is possible, a retry fixes it. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		ssize_t n = pread(fd, buf, sizeof(buf), 0);
+
+		if (n > 0 && store_owner_parse(buf, (size_t)n, holder) == 0 && holder->pid > 0)
+			return;
+		usleep(20000);
+	}
+}
+
+/* A write lock on the whole file; OFD where the kernel has it. */
+static int owner_setlk(int fd, short type)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+
+	if (fcntl(fd, F_OFD_SETLK, &fl) == 0)
+		return 0;
+	if (errno == EINVAL) {
+		/* No OFD locks here: classic POSIX locks, held by the process
+		 * (ckptd opens each OWNER file once, so none is lost by a
+		 * close of another descriptor). */
+		fl.l_pid = 0;
+		if (fcntl(fd, F_SETLK, &fl) == 0)
+			return 0;
+	}
+	return errno == EACCES || errno == EAGAIN ? -EAGAIN : -errno;
+}
+
+int store_owner_lock(int jobfd, const struct store_owner *me, int *lockfd,
+		     struct store_owner *holder)
+{
+	char buf[STORE_OWNER_MAX];
+	struct stat a, b;
+	bool created = false;
+	int r, n;
+
+	*lockfd = -1;
+	memset(holder, 0, sizeof(*holder));
+	n = store_owner_format(me, buf, sizeof(buf));
+	if (n < 0)
+		return n;
+	_cleanup_close_ int fd = openat(jobfd, CKPT_OWNER_NAME,
+					O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT) {
+		fd = openat(jobfd, CKPT_OWNER_NAME,
+			    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			return -ESTALE; /* created by another meanwhile: again */
+	}
+	if (fd < 0)
+		return -errno;
+	r = owner_setlk(fd, F_WRLCK);
+	if (r == -EAGAIN) {
+		owner_read(fd, holder);
+		return r;
+	}
+	if (r < 0)
+		return r;
+	if (fstat(fd, &a) < 0)
+		return -errno;
+	if (fstatat(jobfd, CKPT_OWNER_NAME, &b, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? -ESTALE : -errno;
+	if (a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+		return -ESTALE;
+	if (!S_ISREG(a.st_mode))
+		return -EBADF;
+	errno = 0;
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, buf, (size_t)n, 0) != n)
+		return errno ? -errno : -EIO;
+	if (fsync(fd) < 0)
+		return -errno;
+	if (created && (r = store_fsync_dir(jobfd)) < 0)
+		return r;
+	*lockfd = TAKE_FD(fd);
+	return 0;
+}
+
+int store_owner_probe(int jobfd, struct store_owner *holder)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+
+	memset(holder, 0, sizeof(*holder));
+	_cleanup_close_ int fd = openat(jobfd, CKPT_OWNER_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (fcntl(fd, F_OFD_GETLK, &fl) < 0) {
+		if (errno != EINVAL)
+			return -errno;
+		fl = (struct flock){ .l_type = F_WRLCK, .l_whence = SEEK_SET };
+		if (fcntl(fd, F_GETLK, &fl) < 0)
+			return -errno;
+	}
+	if (fl.l_type == F_UNLCK)
+		return 0;
+	owner_read(fd, holder);
+	return 1;
+}

@@ -60,6 +60,49 @@ void store_sha256(const void *buf, size_t len, uint8_t out[32]);
 int store_read_latest(int jobfd, uint64_t *step);
 int store_write_latest(int jobfd, uint64_t step);
 
+/*
+ * Job ownership (proto/FORMAT.md, "OWNER"): <root>/<job>/OWNER names the
+ * daemon that manages the job, and that daemon holds an OFD write lock on
+ * the whole file for as long as it does. The kernel (or the NFS/Lustre lock
+ * manager) drops the lock when its holder dies, so a stale OWNER file
+ * never blocks anyone: only a held lock counts.
+ */
+#define CKPT_OWNER_NAME "OWNER"
+#define STORE_OWNER_FORMAT "ckpt-owner 1"
+
+struct store_owner {
+	char host[256];
+	long pid;
+	char daemon[40];        /* this run of that ckptd: random hex */
+	char cluster[65];       /* cluster id of its group */
+	uint32_t node, nodes;   /* node index and group size (nodes 1: alone) */
+	char since[32];         /* when it took the lock, UTC, ISO 8601 */
+};
+
+/* OWNER's text for o (NUL-terminated); the length, or -ENOSPC. */
+int store_owner_format(const struct store_owner *o, char *buf, size_t len);
+/* Parse OWNER's text; -EBADMSG if it is not one. Unknown keys are skipped. */
+int store_owner_parse(const char *buf, size_t len, struct store_owner *o);
+/* "host H pid P (cluster C node N of M) since S", for messages. */
+void store_owner_describe(const struct store_owner *o, char *buf, size_t len);
+
+/*
+ * Take jobfd's ownership lock without waiting: open (or create) OWNER,
+ * lock it (F_OFD_SETLK; F_SETLK where OFD locks are not supported), check
+ * that the locked file is still the one named OWNER (a releasing owner may
+ * have unlinked it meanwhile: then -ESTALE, try again), and write `me` into
+ * it durably (truncate, write, fsync). On success *lockfd holds the lock:
+ * closing it releases the job. -EAGAIN when another holds it: *holder then
+ * says who, as far as its OWNER file can be read (holder->pid 0: unknown).
+ */
+int store_owner_lock(int jobfd, const struct store_owner *me, int *lockfd,
+		     struct store_owner *holder);
+/*
+ * Without taking it: 1 when someone holds jobfd's ownership lock (*holder
+ * filled as above), 0 when nobody does or there is no OWNER file, -errno.
+ */
+int store_owner_probe(int jobfd, struct store_owner *holder);
+
 /* Progress of a verification: called after each chunk. */
 typedef void (*store_progress_fn)(void *opaque, uint64_t done_bytes,
 				  uint64_t total_bytes);

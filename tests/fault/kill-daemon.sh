@@ -3,8 +3,8 @@
 # kill -9 of ckptd at random moments while three ranks save in a loop
 # (--reconnect-loop: a step lost to the crash is saved again on a new
 # connection). After each crash every committed step verifies;
-# after each restart no step directory without a manifest is left, and the
-# ranks reconnect, save again and commit.
+# after each restart the job's takeover (when the ranks reconnect) removes
+# every step directory without a manifest, and the ranks save again and commit.
 . "$(dirname "$0")/../integration/lib.sh"
 
 ITER=${CKPT_KILL_ITERATIONS:-22}
@@ -54,17 +54,23 @@ for it in $(seq 1 "$ITER"); do
 		[ -f "$(stepdir "$JOB" "$l")/MANIFEST.json" ] || fail "LATEST names step $l, which is not committed"
 	fi
 	left=$(uncommitted_steps "$JOB" | wc -l)
+	lines=$(wc -l <"$T/ckptd-d.log")
 	ckptd_start d "$ROOT" "${DOPTS[@]}"
-	# Ranks are stopped, so nothing new appears; retention may still be
-	# removing an old step in the background: give it 3 s.
-	for i in $(seq 1 30); do
-		u=$(uncommitted_steps "$JOB" | tr '\n' ' ')
-		[ -z "$u" ] && break
+	# The job is recovered when the ranks come back (its takeover, before
+	# any of them is connected): every step directory without a manifest
+	# that the crash left is removed then.
+	kill -CONT "${pids[@]}"
+	rec=
+	for i in $(seq 1 100); do
+		rec=$(tail -n +"$((lines + 1))" "$T/ckptd-d.log" | grep -m1 'recovery.*job=kd committed=')
+		[ -n "$rec" ] && break
 		sleep 0.1
 	done
-	[ -z "$u" ] || fail "after restart $it, step dirs without MANIFEST.json survived: $u"
+	[ -n "$rec" ] || fail "after restart $it, job kd was not taken over within 10 s"
+	removed=$(sed -n 's/.*removed=\([0-9]*\).*/\1/p' <<<"$rec")
+	[ "$removed" = "$left" ] ||
+		fail "after restart $it, $left step dirs without MANIFEST.json were left, $removed removed: $rec"
 	log "iteration $it: newest committed $last, $n verified, $left uncommitted removed"
-	kill -CONT "${pids[@]}"
 done
 wait_commit_after "$last"
 touch "$T/stop"

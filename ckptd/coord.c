@@ -403,9 +403,9 @@ static int takeover_lock(struct takeover *tk)
 	}
 	if (r == -EAGAIN) {
 		store_owner_describe(&holder, who, sizeof(who));
-		snprintf(tk->reason, sizeof(tk->reason), "job %s is owned by another ckptd: %s "
-			 "(lock %s/%s/%s); this daemon refuses it until that one releases it", name,
-			 who, d->cfg->root, name, CKPT_OWNER_NAME);
+		snprintf(tk->reason, sizeof(tk->reason), "job %s is owned by another ckptd, %s; "
+			 "refused here until that one releases it (%s/%s/%s)", name, who,
+			 d->cfg->root, name, CKPT_OWNER_NAME);
 		return -CKPT_E_REFUSED;
 	}
 	if (r < 0)

@@ -9,6 +9,7 @@
  * connection left open is a failure too.
  *
  * usage: ckpt-raw-client --socket PATH [--case NAME]... [--list]
+ *        ckpt-raw-client --socket PATH --hello JOB
  * Exit 0 if every case was refused properly, 1 otherwise.
  */
 #include <errno.h>
@@ -1131,21 +1132,60 @@ static const struct test_case cases[] = {
 	{ "stall-unknown-step-ignored", case_stall_unknown_step_ignored },
 };
 
+/*
+ * --hello JOB: one well-formed HELLO (rank 0 of 1) and print what ckptd
+ * answers ("ERROR code=C message=M" or "HELLO_OK"). Exit 0 on an ERROR (a
+ * refusal is what the tests that use it expect), 1 otherwise.
+ */
+static int hello_once(const char *job)
+{
+	struct buf w;
+	struct ckpt_msg m;
+	int mfd = -1, r, fd = connect_sock();
+
+	if (fd < 0) {
+		printf("connect: %s\n", strerror(-fd));
+		return 1;
+	}
+	build_hello(&w, job, strlen(job), 0, 1, 1 << 20);
+	if (send_raw(fd, w.b, w.n, -1) < 0) {
+		printf("send: %s\n", strerror(errno));
+		close(fd);
+		return 1;
+	}
+	r = recv_msg(fd, 30000, &m, &mfd);
+	if (mfd >= 0)
+		close(mfd);
+	close(fd);
+	if (r <= 0) {
+		printf("no reply: %s\n", r == 0 ? "connection closed" : strerror(-r));
+		return 1;
+	}
+	if (m.type == CKPT_MSG_ERROR) {
+		printf("ERROR code=%d message=%s\n", m.u.error.code, m.u.error.message);
+		return 0;
+	}
+	printf("%s\n", ckpt_msg_type_name(m.type));
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "case", required_argument, NULL, 'c' },
 		{ "list", no_argument, NULL, 'l' },
+		{ "hello", required_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	const char *only[64];
+	const char *only[64], *hello_job = NULL;
 	size_t nonly = 0, ncases = sizeof(cases) / sizeof(cases[0]), ran = 0;
 	int c;
 
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': sock_path = optarg; break;
+		case 'h': hello_job = optarg; break;
 		case 'c':
 			if (nonly < 64)
 				only[nonly++] = optarg;
@@ -1155,7 +1195,7 @@ int main(int argc, char **argv)
 				puts(cases[i].name);
 			return 0;
 		default:
-			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--case NAME]... [--list]\n");
+			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--case NAME]... [--list] | --hello JOB\n");
 			return 2;
 		}
 	}
@@ -1163,6 +1203,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ckpt-raw-client: --socket is required\n");
 		return 2;
 	}
+	if (hello_job)
+		return hello_once(hello_job);
 	for (size_t i = 0; i < ncases; i++) {
 		bool run = nonly == 0;
 

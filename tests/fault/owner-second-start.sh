@@ -9,6 +9,9 @@
 . "$(dirname "$0")/owner-lib.sh"
 
 start_inflight
+# Both ranks' HELLOs came together: one takeover served them.
+n=$(grep -c 'recovery: job=ja ' "$T/ckptd-a.log")
+[ "$n" = 1 ] || fail "a took job ja over $n times for two ranks connecting at once"
 ckptd_start b "$ROOT" --keep-last 1
 # b is up: whatever its start-up does to the root is done by now (it
 # would have done it before it listened).

@@ -152,6 +152,17 @@ rank_wait() {
 	[ "$rc" -eq 0 ] || fail "rank $2 exited with status $rc (see $2.log)"
 }
 
+# job_takeover SOCKET JOB: connect one rank of JOB that saves nothing and
+# leaves, so that ckptd takes the job over and recovers it (ckptd recovers
+# a job at its first HELLO, not at start-up).
+job_takeover() {
+	: >"$T/takeover-stop"
+	"$CKPT_TEST_RANK" --socket "$1" --job "$2" --rank 0 --world 1 --tensors 1 \
+		--min-bytes 4K --max-bytes 4K --stop-file "$T/takeover-stop" \
+		>"$T/takeover-$2.log" 2>&1 ||
+		fail "job $2: a rank could not connect to take the job over (see takeover-$2.log)"
+}
+
 # run_ranks WORLD LOGPREFIX [options...]: run ranks 0..WORLD-1 of a job
 # concurrently (options must include --socket and --job); all must exit 0.
 run_ranks() {

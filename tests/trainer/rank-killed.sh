@@ -63,9 +63,11 @@ while read -r s state; do
 	fi
 done < <(inspect_steps)
 
-# ckptd restarted: only complete steps remain, and each verifies.
+# ckptd restarted and took the job over: only complete steps remain, and
+# each verifies.
 ckptd_kill9 d
 ckptd_start d "$ROOT" --keep-last 0
+job_takeover "$(sock d)" rk
 listed=$(inspect_steps)
 [ -n "$listed" ] || fail "no step left after the restart"
 echo "$listed" | awk '$2 != "committed" { bad = 1 } END { exit bad }' ||

@@ -12,7 +12,8 @@
  *
  * Exit status: 0 restored (or already present and verified), 1 nothing
  * could be restored that verifies, 2 usage, 3 source not found or
- * unreadable, 4 the destination could not be written.
+ * unreadable, 4 the destination could not be written (or a running ckptd
+ * owns the job there: its OWNER lock is held).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -475,7 +476,7 @@ static void help(void)
 "    1  no step could be restored that verifies\n"
 "    2  usage error\n"
 "    3  the source or the step was not found or could not be read\n"
-"    4  the destination could not be written\n"
+"    4  the destination could not be written (or a running ckptd owns its job)\n"
 "\n"
 "EXAMPLES\n"
 "    ckpt-restore /lustre/ckpt/llama-7b /local/ckpt\n"
@@ -587,6 +588,22 @@ int main(int argc, char **argv)
 	_cleanup_close_ int jobfd = open_or_make_dir(rootfd, src->job);
 	if (jobfd < 0) {
 		errmsg("%s/%s: %s", dest, src->job, strerror(-jobfd));
+		src->close(src);
+		return EXIT_DEST;
+	}
+	/* A job a ckptd manages right now is that daemon's to write
+	 * (FORMAT.md, "Job ownership"). */
+	struct store_owner holder;
+	r = store_owner_probe(jobfd, &holder);
+	if (r != 0) {
+		char who[512];
+		store_owner_describe(&holder, who, sizeof(who));
+		if (r > 0)
+			errmsg("%s/%s: job %s is owned by a running ckptd, %s: restore into it once "
+			       "that daemon has released it (its ranks gone, or the daemon stopped)",
+			       dest, src->job, src->job, who);
+		else
+			errmsg("%s/%s/%s: %s", dest, src->job, CKPT_OWNER_NAME, strerror(-r));
 		src->close(src);
 		return EXIT_DEST;
 	}

@@ -21,6 +21,17 @@ grep -q "HELLO refused.*job=ja" "$T/ckptd-b.log" || fail "b did not log the refu
 # The lock file names its holder.
 grep -qx "pid=$APID" "$JOB/OWNER" || fail "$JOB/OWNER does not name a (pid $APID): $(cat "$JOB/OWNER" 2>&1)"
 
+# ckpt-restore does not write into a job a daemon owns.
+: "${CKPT_RESTORE:?CKPT_RESTORE must name the ckpt-restore binary}"
+mkdir -p "$T/src"
+cp -r "$JOB" "$T/src/ja"
+rm -rf "$T/src/ja/$(basename "$(stepdir "$JOB" 4)")"
+"$CKPT_RESTORE" --no-progress --force --step 2 "$T/src/ja" "$ROOT" >"$T/restore.out" 2>&1
+rc=$?
+[ "$rc" = 4 ] || fail "ckpt-restore into job ja, owned by a, exited $rc: $(cat "$T/restore.out")"
+grep -q "owned by a running ckptd.*pid $APID" "$T/restore.out" ||
+	fail "ckpt-restore did not name the owner: $(cat "$T/restore.out")"
+
 # A real rank is refused too (and does not wait for ever).
 rank_start b-r0 --socket "$(sock b)" --job ja --rank 0 --world 2 --steps 10 --wait \
 	--timeout-ms 10000 --connect-timeout-ms 5000

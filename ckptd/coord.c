@@ -384,8 +384,8 @@ static int takeover_lock(struct takeover *tk)
 	owner_me(d, &me);
 	/* -ESTALE: the file or directory changed under us, look again.
 	 * Held by this very daemon: its release of the job is finishing on
-	 * another worker; wait for it a little (at most about 2 s). */
-	for (int attempt = 0; attempt < 100; attempt++) {
+	 * another worker; wait for it a little (at most about 5 s). */
+	for (int attempt = 0; attempt < 250; attempt++) {
 		fd_close(&tk->lockfd);
 		fd_close(&tk->dirfd);
 		if (attempt)

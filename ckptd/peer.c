@@ -202,6 +202,14 @@ struct peerlink {
 
 static pthread_mutex_t fetch_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* CKPTD_TEST_FAULT, read once in peer_init: fault injection for tests. */
+static char test_fault[64];
+
+bool peer_test_fault(const char *name)
+{
+	return test_fault[0] && strcmp(test_fault, name) == 0;
+}
+
 static int64_t timeout_ns(const struct peerlink *pl)
 {
 	return (int64_t)pl->d->cfg->peer_timeout_ms * 1000000;
@@ -2054,6 +2062,9 @@ static void tick(struct peerlink *pl)
 			send_msg(pl, k, &m);
 		}
 	}
+	/* Outcomes this node may have missed: asked again of the leader. */
+	if (pl->me != 0 && !pl->stopping)
+		coord_peer_tick(pl->d, now, timeout_ns(pl));
 	for (struct xfer *x = pl->xfers, *next; x; x = next) {
 		next = x->next;
 		if (!x->finished && x->status == 0 && now > x->deadline_ns) {
@@ -2186,11 +2197,12 @@ int peer_wake_fd(struct daemon *d)
 /* ---- Coordinator messages ----------------------------------------------- */
 
 int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
-		    const struct rank_vote *v)
+		    const struct rank_vote *v, bool again)
 {
 	struct peer_msg m;
 
 	msg_init(&m, PEER_VOTE);
+	m.status = again ? PEER_VOTE_AGAIN : 0;
 	msg_job(&m, st->job->name, st->step);
 	m.world_size = st->world_size;
 	m.rank = rank;
@@ -2255,10 +2267,19 @@ void peer_send_committed(struct daemon *d, const char *job, uint64_t step, uint3
 
 	if (!pl)
 		return;
-	for (uint32_t k = 1; k < pl->n; k++)
-		if (pl->nodes[k].up)
-			peer_send_committed_to(d, k, job, step, world_size);
+	if (peer_test_fault("drop-committed"))
+		log_warn("peer", "TEST FAULT: COMMITTED job=%s step=%llu not sent to any node",
+			 job, (unsigned long long)step);
+	else
+		for (uint32_t k = 1; k < pl->n; k++)
+			if (pl->nodes[k].up)
+				peer_send_committed_to(d, k, job, step, world_size);
 	peer_step_committed(d, job, step);
+}
+
+bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t step)
+{
+	return d->peer && recently_committed(d->peer, job, step);
 }
 
 /* ---- Life cycle ---------------------------------------------------------- */
@@ -2276,6 +2297,12 @@ int peer_init(struct daemon *d)
 		return -ENOMEM;
 	pl->d = d;
 	pl->cq_fd = pl->timer_fd = pl->wake_fd = -1;
+	const char *fault = getenv("CKPTD_TEST_FAULT");
+	if (fault && *fault) {
+		snprintf(test_fault, sizeof(test_fault), "%s", fault);
+		log_warn("peer", "TEST FAULT INJECTION ENABLED: CKPTD_TEST_FAULT=%s (tests only; "
+			 "never set it in production)", test_fault);
+	}
 	pl->me = cfg->node_index;
 	pl->n = cfg->nodes;
 	pl->explicit_peers = *cfg->peers != '\0';

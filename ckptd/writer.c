@@ -38,6 +38,7 @@ struct save_job {
 	uint32_t chunk_bytes;
 	struct ckpt_table table;
 	int stepfd, fd;
+	int job_dirfd;             /* the job's, borrowed: the job outlives its saves */
 	bool direct;
 	uint64_t next_off, written;
 	unsigned inflight;
@@ -272,6 +273,36 @@ static int write_index(int stepfd, const char *name, const void *buf, size_t len
 	return r;
 }
 
+/*
+ * Worker, before the vote: on a node that does not lead a group, the vote
+ * goes to a leader that never fsyncs this node's view of the directories
+ * (on a shared root each client has its own; on a node-local cache only
+ * this node can), so the entries of this rank's shard and index in the
+ * step directory, and the step directory's own entry in the job
+ * directory, are made durable here. A single daemon or the leader does
+ * both in its commit, before the manifest.
+ */
+static int entries_durable(struct save_job *j)
+{
+	const struct daemon *d = j->d;
+	int r;
+
+	if (coord_is_leader(d))
+		return 0;
+	r = store_fsync_dir(j->stepfd);
+	if (r < 0) {
+		snprintf(j->errmsg, sizeof(j->errmsg), "fsync %s/%s for rank %u, step %llu: %s",
+			 j->st->job->name, j->step_name, j->rank, (unsigned long long)j->step,
+			 strerror(-r));
+		return r;
+	}
+	r = store_fsync_dir(j->job_dirfd);
+	if (r < 0)
+		snprintf(j->errmsg, sizeof(j->errmsg), "fsync %s for rank %u, step %llu: %s",
+			 j->st->job->name, j->rank, (unsigned long long)j->step, strerror(-r));
+	return r;
+}
+
 /* Worker: encode and durably write the rank index. */
 static void index_run(void *arg)
 {
@@ -308,18 +339,22 @@ static void index_run(void *arg)
 	r = write_index(j->stepfd, j->index_name, buf, (size_t)n);
 	if (r < 0)
 		goto fail;
+	r = entries_durable(j);
+	if (r < 0)
+		goto fail_msg;
 	store_sha256(buf, (size_t)n, j->vote.index_sha256);
 	j->vote.index_bytes = (uint64_t)n;
 	metrics_add(M_WRITTEN_BYTES_TOTAL, (double)n, j->st->job->name);
 	j->index_buf = buf;
 	return;
 fail:
-	free(buf);
-	j->err = r;
 	snprintf(j->errmsg, sizeof(j->errmsg),
 		 "writing index %s/%s/%s for rank %u, step %llu: %s",
 		 j->st->job->name, j->step_name, j->index_name, j->rank,
 		 (unsigned long long)j->step, strerror(-r));
+fail_msg:
+	free(buf);
+	j->err = r;
 }
 
 static void job_free(struct save_job *j)
@@ -633,6 +668,7 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->chunk_bytes = (uint32_t)d->cfg->chunk_bytes;
 	j->stepfd = -1;
 	j->fd = -1;
+	j->job_dirfd = st->job->dirfd;
 	j->started_ns = now_ns();
 	ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step);
 	ckpt_shard_filename(j->shard_name, sizeof(j->shard_name), c->rank);

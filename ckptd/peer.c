@@ -2245,6 +2245,11 @@ void peer_send_abort(struct daemon *d, const char *job, uint64_t step, int error
 		peer_send_abort_to(d, 0, job, step, error, reason);
 		return;
 	}
+	if (peer_test_fault("drop-outcomes")) {
+		log_warn("peer", "TEST FAULT: ABORT job=%s step=%llu not sent to any node", job,
+			 (unsigned long long)step);
+		return;
+	}
 	for (uint32_t k = 1; k < pl->n; k++)
 		if (pl->nodes[k].up)
 			peer_send_abort_to(d, k, job, step, error, reason);
@@ -2267,7 +2272,7 @@ void peer_send_committed(struct daemon *d, const char *job, uint64_t step, uint3
 
 	if (!pl)
 		return;
-	if (peer_test_fault("drop-committed"))
+	if (peer_test_fault("drop-outcomes"))
 		log_warn("peer", "TEST FAULT: COMMITTED job=%s step=%llu not sent to any node",
 			 job, (unsigned long long)step);
 	else

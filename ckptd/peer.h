@@ -78,8 +78,8 @@ int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, 
  * (it may be gone from the root since, by retention). */
 bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t step);
 /* Fault injection for tests: whether CKPTD_TEST_FAULT (read once at start)
- * names this fault. Faults: drop-committed (the leader sends no COMMITTED
- * broadcast; answers to resent votes still go). */
+ * names this fault. Faults: drop-outcomes (the leader sends no COMMITTED
+ * or ABORT broadcast; its answers to resent votes still go). */
 bool peer_test_fault(const char *name);
 
 /* Whether a restore should ask partners at all. */

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +46,12 @@ struct save_job {
 	int err;
 	char errmsg[CKPT_REASON_MAX + 1];
 	bool sync_sent, synced, csum_done, index_started;
+	/* The checksums run ahead of the writes: a range is written only
+	 * once every chunk in it was checksummed (csum_upto, published by the
+	 * worker; with extents out of order, only when all are). */
+	bool csum_ordered;
+	_Atomic uint64_t csum_upto;
+	int ring_efd;              /* wakes the loop to submit what became writable */
 	uint32_t *chunk_crc;
 	uint64_t nchunks;
 	uint32_t blob_crc;
@@ -204,9 +211,39 @@ static void job_set_error(struct save_job *j, int err, const char *what)
 		 (unsigned long long)j->step, strerror(-err));
 }
 
+/* The extents (tensors in table order, then the blob) lie in ascending
+ * shard order: what is checksummed is a prefix of the shard. */
+static bool extents_ordered(const struct save_job *j)
+{
+	uint64_t end = 0;
+
+	for (uint32_t i = 0; i < j->table.count; i++) {
+		const struct ckpt_tensor *t = &j->table.tensors[i];
+		if (t->data_offset < end)
+			return false;
+		end = t->data_offset + t->nbytes;
+	}
+	return j->blob_bytes == 0 || j->blob_offset >= end;
+}
+
+static void csum_publish(struct save_job *j, uint64_t upto, uint64_t *woken)
+{
+	uint64_t one = 1;
+
+	atomic_store_explicit(&j->csum_upto, upto, memory_order_release);
+	/* Wake the loop about once per write request's worth. */
+	if (upto - *woken >= j->d->cfg->request_bytes || upto == UINT64_MAX) {
+		*woken = upto;
+		if (write(j->ring_efd, &one, sizeof(one)) < 0) {
+			/* Already non-zero: the loop wakes anyway. */
+		}
+	}
+}
+
 /* CRC-32C of each chunk of one extent into chunk_crc[*k...], and of the
- * whole extent (combined from its chunks). */
-static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes, uint64_t *k)
+ * whole extent (combined from its chunks), publishing progress. */
+static uint32_t extent_crc_publish(struct save_job *j, uint64_t offset, uint64_t nbytes,
+				   uint64_t *k, uint64_t *woken)
 {
 	uint32_t whole = 0;
 
@@ -215,6 +252,8 @@ static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes,
 		uint32_t crc = ckpt_crc32c(0, j->base + offset + off, n);
 		j->chunk_crc[(*k)++] = crc;
 		whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
+		if (j->csum_ordered)
+			csum_publish(j, offset + off + n, woken);
 	}
 	return whole;
 }
@@ -223,13 +262,49 @@ static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes,
 static void csum_run(void *arg)
 {
 	struct save_job *j = arg;
-	uint64_t k = 0;
+	uint64_t k = 0, woken = 0;
 
 	for (uint32_t i = 0; i < j->table.count; i++) {
 		struct ckpt_tensor *t = &j->table.tensors[i];
-		t->crc32c = extent_crc(j, t->data_offset, t->nbytes, &k);
+		t->crc32c = extent_crc_publish(j, t->data_offset, t->nbytes, &k, &woken);
 	}
-	j->blob_crc = extent_crc(j, j->blob_offset, j->blob_bytes, &k);
+	j->blob_crc = extent_crc_publish(j, j->blob_offset, j->blob_bytes, &k, &woken);
+	csum_publish(j, UINT64_MAX, &woken);
+}
+
+/*
+ * Worker, once the shard is durable: the slot must still hold what was
+ * checksummed. A rank that writes into its slot after ckpt_save_finish
+ * (say an unsynchronised GPU copy into reserved memory) may have changed
+ * bytes after they were checksummed and before or while they were
+ * written; the index would then describe other bytes than the shard, or
+ * the shard other bytes than the rank had. Every chunk is checksummed
+ * again; one that differs fails the save, naming the tensor and offset.
+ */
+static int slot_recheck(struct save_job *j)
+{
+	uint64_t k = 0;
+
+	for (uint32_t i = 0; i <= j->table.count; i++) {
+		bool blob = i == j->table.count;
+		uint64_t offset = blob ? j->blob_offset : j->table.tensors[i].data_offset;
+		uint64_t nbytes = blob ? j->blob_bytes : j->table.tensors[i].nbytes;
+
+		for (uint64_t off = 0; off < nbytes; off += j->chunk_bytes, k++) {
+			uint64_t n = nbytes - off < j->chunk_bytes ? nbytes - off : j->chunk_bytes;
+			if (ckpt_crc32c(0, j->base + offset + off, n) == j->chunk_crc[k])
+				continue;
+			snprintf(j->errmsg, sizeof(j->errmsg),
+				 "rank %u wrote into its slot after ckpt_save_finish: step %llu, "
+				 "%s%s%s bytes %llu..%llu changed while ckptd saved them (%s/%s/%s)",
+				 j->rank, (unsigned long long)j->step, blob ? "the blob" : "tensor '",
+				 blob ? "" : j->table.tensors[i].name, blob ? "," : "',",
+				 (unsigned long long)off, (unsigned long long)(off + n - 1),
+				 j->st->job->name, j->step_name, j->shard_name);
+			return -CKPT_E_CORRUPT;
+		}
+	}
+	return 0;
 }
 
 static void job_advance(struct save_job *j);
@@ -237,9 +312,19 @@ static void job_advance(struct save_job *j);
 static void csum_done(void *arg)
 {
 	struct save_job *j = arg;
+	struct daemon *d = j->d;
 
 	j->csum_done = true;
 	job_advance(j);
+	writer_pump(d); /* writes that waited for the checksums */
+}
+
+/* Whether the next write request of j covers only checksummed chunks. */
+static bool csum_covers(struct save_job *j, uint64_t len)
+{
+	if (j->csum_done)
+		return true;
+	return atomic_load_explicit(&j->csum_upto, memory_order_acquire) >= j->next_off + len;
 }
 
 /*
@@ -312,6 +397,9 @@ static void index_run(void *arg)
 	ssize_t n;
 	int r;
 
+	r = slot_recheck(j);
+	if (r < 0)
+		goto fail_msg;
 	memset(&idx, 0, sizeof(idx));
 	snprintf(idx.job, sizeof(idx.job), "%s", j->st->job->name);
 	idx.step = j->step;
@@ -524,7 +612,10 @@ void writer_pump(struct daemon *d)
 	while (d->ring_inflight < d->cfg->queue_depth) {
 		struct save_job *j = d->writing;
 
-		while (j && (j->err || j->next_off >= j->data_bytes))
+		while (j && (j->err || j->next_off >= j->data_bytes ||
+			     !csum_covers(j, j->data_bytes - j->next_off < d->cfg->request_bytes
+						     ? j->data_bytes - j->next_off
+						     : d->cfg->request_bytes)))
 			j = j->next;
 		if (!j)
 			break;
@@ -669,6 +760,8 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->stepfd = -1;
 	j->fd = -1;
 	j->job_dirfd = st->job->dirfd;
+	j->ring_efd = d->ring_efd;
+	atomic_init(&j->csum_upto, 0);
 	j->started_ns = now_ns();
 	ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step);
 	ckpt_shard_filename(j->shard_name, sizeof(j->shard_name), c->rank);
@@ -677,6 +770,7 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->table = *table;
 	memset(table, 0, sizeof(*table));
 
+	j->csum_ordered = extents_ordered(j);
 	j->nchunks = ckpt_chunk_count(&j->table, j->blob_bytes, j->chunk_bytes);
 	j->chunk_crc = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
 	if (!j->chunk_crc || j->nchunks > UINT32_MAX) {

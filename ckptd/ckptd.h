@@ -240,8 +240,9 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m);
 void coord_peer_committed(struct daemon *d, const struct peer_msg *m);
 void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m);
 void coord_peer_lost(struct daemon *d, uint32_t node, const char *why);
-/* Non-leader, from the peer link's timer: ask the leader again for the
- * outcome of steps that have waited for one longer than `after_ns`. */
+/* From the peer link's timer. Non-leader: ask the leader again for the
+ * outcome of steps that have waited for one longer than `after_ns`.
+ * Leader: fail steps with no vote for step_timeout_ms. */
 void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns);
 
 /* arena.c */

@@ -1219,10 +1219,46 @@ static void resolve_start(struct step *st, const char *why)
  * and ignores a duplicate of an open one. A step this node failed itself
  * sends its ABORT again, a few times, in case the first was dropped.
  */
+/* Leader: a step that has had no vote for step_timeout_ms fails. */
+static void leader_tick(struct daemon *d, int64_t now)
+{
+	int64_t limit = (int64_t)d->cfg->step_timeout_ms * 1000000;
+
+	if (limit == 0)
+		return;
+	for (struct job *job = d->jobs; job; job = job->next) {
+		struct step *stale = NULL;
+		for (struct step *st = job->steps; st && !stale; st = st->next) {
+			int64_t since = st->last_vote_ns > st->opened_ns ? st->last_vote_ns
+									 : st->opened_ns;
+			if (st->state == STEP_OPEN && st->inflight == 0 && now - since >= limit)
+				stale = st;
+		}
+		if (!stale)
+			continue;
+		/* One per job and tick: failing may prune the list. */
+		char missing[96] = "";
+		size_t len = 0;
+		unsigned n = 0;
+		for (uint32_t r = 0; r < stale->world_size; r++) {
+			if (stale->votes[r].durable)
+				continue;
+			if (n++ < 8 && len < sizeof(missing))
+				len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%u",
+							len ? ", " : "", r);
+		}
+		coord_fail(stale, -CKPT_E_ABORTED, "no vote for step %llu within step_timeout_ms=%u: "
+			   "%u rank(s) never saved it (%s%s)", (unsigned long long)stale->step,
+			   d->cfg->step_timeout_ms, n, missing, n > 8 ? ", ..." : "");
+	}
+}
+
 void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns)
 {
-	if (coord_is_leader(d))
+	if (coord_is_leader(d)) {
+		leader_tick(d, now);
 		return;
+	}
 	for (struct job *job = d->jobs; job; job = job->next) {
 		for (struct step *st = job->steps; st; st = st->next) {
 			int64_t since = st->asked_ns > st->last_vote_ns ? st->asked_ns

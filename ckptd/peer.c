@@ -2122,8 +2122,9 @@ static void tick(struct peerlink *pl)
 			send_msg(pl, k, &m);
 		}
 	}
-	/* Outcomes this node may have missed: asked again of the leader. */
-	if (pl->me != 0 && !pl->stopping)
+	/* Outcomes this node may have missed are asked for again; the leader
+	 * ends steps that wait too long. */
+	if (!pl->stopping)
 		coord_peer_tick(pl->d, now, timeout_ns(pl));
 	for (struct xfer *x = pl->xfers, *next; x; x = next) {
 		next = x->next;

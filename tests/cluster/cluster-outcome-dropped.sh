@@ -5,7 +5,9 @@
 # broadcasts. The other node must still learn each outcome within a bounded
 # time (it asks again with its votes after peer_timeout_ms) and its ranks'
 # ckpt_wait must end: COMMITTED for a committed step, FAILED for one that
-# failed on the leader (a rank of node 0 dies without saving).
+# failed on the leader (a rank of node 0 dies without saving), and FAILED
+# with a reason for one that a connected rank never saves (the leader's
+# step_timeout_ms ends it: every wait ends).
 NODES=2
 . "$(dirname "$0")/../integration/lib.sh"
 . "$(dirname "$0")/lib-cluster.sh"
@@ -13,7 +15,7 @@ NODES=2
 JOB=$ROOT/od
 DATA=(--job od --seed 33 --tensors 4 --min-bytes 64K --max-bytes 2M)
 
-CKPTD_TEST_FAULT=drop-outcomes node_start 0
+CKPTD_TEST_FAULT=drop-outcomes node_start 0 --step-timeout-ms 3000
 node_start 1
 cluster_wait_whole 30
 grep -q "TEST FAULT INJECTION ENABLED: CKPTD_TEST_FAULT=drop-outcomes" "$T/ckptd-n0.log" ||
@@ -49,6 +51,20 @@ done
 grep -q "TEST FAULT: ABORT job=od step=2 not sent" "$T/ckptd-n0.log" ||
 	fail "the leader sent ABORT for step 2 after all"
 [ -e "$(stepdir "$JOB" 2)/MANIFEST.json" ] && fail "step 2 has a manifest"
+
+log "step 3: rank 1 stays connected and never saves it; the leader's step timeout ends it"
+cluster_ranks s3 "1" "${DATA[@]}" --steps 3 --gate "3:$T/never" --timeout-ms 60000
+cluster_ranks s3 "0 2 3" "${DATA[@]}" --steps 3 --wait --expect-fail 3 --timeout-ms 30000
+start=$(date +%s)
+cluster_wait s3 "0 2 3"
+secs=$(($(date +%s) - start))
+for r in 0 2 3; do
+	grep -q "rank $r step 3 FAILED.*no vote for step 3 within step_timeout_ms=3000: 1 rank(s) never saved it (1)" \
+		"$T/s3-$r.log" || fail "rank $r: $(cat "$T/s3-$r.log")"
+done
+[ "$secs" -le 20 ] || fail "step 3 took $secs s to end"
+kill -9 "${CRANK_PID[1]}" 2>/dev/null
+wait "${CRANK_PID[1]}" 2>/dev/null
 ckptd_stop n1
 ckptd_stop n0
 log "pass"

@@ -397,9 +397,13 @@ static void index_run(void *arg)
 	ssize_t n;
 	int r;
 
+	int64_t t0 = now_ns();
 	r = slot_recheck(j);
 	if (r < 0)
 		goto fail_msg;
+	log_debug("writer", "slot re-checked job=%s step=%llu rank=%u bytes=%llu seconds=%.4f",
+		  j->st->job->name, (unsigned long long)j->step, j->rank,
+		  (unsigned long long)j->data_bytes, (double)(now_ns() - t0) / 1e9);
 	memset(&idx, 0, sizeof(idx));
 	snprintf(idx.job, sizeof(idx.job), "%s", j->st->job->name);
 	idx.step = j->step;

@@ -22,6 +22,7 @@ enum io_op { IO_WRITE = 1, IO_FSYNC = 2 };
 
 struct io_req {
 	struct save_job *job;
+	uint64_t start;            /* where the request began (a short write moves off) */
 	uint64_t off;
 	uint32_t len;
 	uint8_t op;
@@ -52,6 +53,15 @@ struct save_job {
 	bool csum_ordered;
 	_Atomic uint64_t csum_upto;
 	int ring_efd;              /* wakes the loop to submit what became writable */
+	/* The re-check of the slot (slot_recheck) trails the writes: chunks
+	 * inside the written prefix go to a worker in batches. */
+	uint32_t request_bytes;    /* this save's write request size */
+	uint8_t *req_done;         /* per request: every byte of it written */
+	uint64_t nreqs, reqs_prefix;
+	uint64_t *chunk_off;       /* per chunk: shard offset, length, extent */
+	uint32_t *chunk_len, *chunk_ext;
+	uint64_t recheck_next;     /* chunks before it re-checked */
+	bool recheck_running;
 	uint32_t *chunk_crc;
 	uint64_t nchunks;
 	uint32_t blob_crc;
@@ -273,38 +283,97 @@ static void csum_run(void *arg)
 }
 
 /*
- * Worker, once the shard is durable: the slot must still hold what was
- * checksummed. A rank that writes into its slot after ckpt_save_finish
- * (say an unsynchronised GPU copy into reserved memory) may have changed
- * bytes after they were checksummed and before or while they were
- * written; the index would then describe other bytes than the shard, or
- * the shard other bytes than the rank had. Every chunk is checksummed
- * again; one that differs fails the save, naming the tensor and offset.
+ * The slot must still hold what was checksummed once its bytes are
+ * written. A rank that writes into its slot after ckpt_save_finish (say an
+ * unsynchronised GPU copy into reserved memory) may have changed bytes
+ * after they were checksummed and before or while they were written; the
+ * index would then describe other bytes than the shard, or the shard other
+ * bytes than the rank had. Every chunk is checksummed again once its write
+ * completed (the writes only ever start after the first checksum of their
+ * chunks); one that differs fails the save, naming the tensor and offset.
  */
-static int slot_recheck(struct save_job *j)
+struct recheck {
+	struct save_job *j;
+	uint64_t k0, k1;
+	int result;
+	char errmsg[CKPT_REASON_MAX + 1];
+};
+
+static void recheck_run(void *arg)
 {
-	uint64_t k = 0;
+	struct recheck *rc = arg;
+	struct save_job *j = rc->j;
 
-	for (uint32_t i = 0; i <= j->table.count; i++) {
-		bool blob = i == j->table.count;
-		uint64_t offset = blob ? j->blob_offset : j->table.tensors[i].data_offset;
-		uint64_t nbytes = blob ? j->blob_bytes : j->table.tensors[i].nbytes;
-
-		for (uint64_t off = 0; off < nbytes; off += j->chunk_bytes, k++) {
-			uint64_t n = nbytes - off < j->chunk_bytes ? nbytes - off : j->chunk_bytes;
-			if (ckpt_crc32c(0, j->base + offset + off, n) == j->chunk_crc[k])
-				continue;
-			snprintf(j->errmsg, sizeof(j->errmsg),
-				 "rank %u wrote into its slot after ckpt_save_finish: step %llu, "
-				 "%s%s%s bytes %llu..%llu changed while ckptd saved them (%s/%s/%s)",
-				 j->rank, (unsigned long long)j->step, blob ? "the blob" : "tensor '",
-				 blob ? "" : j->table.tensors[i].name, blob ? "," : "',",
-				 (unsigned long long)off, (unsigned long long)(off + n - 1),
-				 j->st->job->name, j->step_name, j->shard_name);
-			return -CKPT_E_CORRUPT;
-		}
+	for (uint64_t k = rc->k0; k < rc->k1; k++) {
+		if (ckpt_crc32c(0, j->base + j->chunk_off[k], j->chunk_len[k]) == j->chunk_crc[k])
+			continue;
+		bool blob = j->chunk_ext[k] == j->table.count;
+		uint64_t ext_off = blob ? j->blob_offset
+					: j->table.tensors[j->chunk_ext[k]].data_offset;
+		uint64_t off = j->chunk_off[k] - ext_off;
+		snprintf(rc->errmsg, sizeof(rc->errmsg),
+			 "rank %u wrote into its slot after ckpt_save_finish: step %llu, "
+			 "%s%s%s bytes %llu..%llu changed while ckptd saved them (%s/%s/%s)",
+			 j->rank, (unsigned long long)j->step, blob ? "the blob" : "tensor '",
+			 blob ? "" : j->table.tensors[j->chunk_ext[k]].name, blob ? "," : "',",
+			 (unsigned long long)off, (unsigned long long)(off + j->chunk_len[k] - 1),
+			 j->st->job->name, j->step_name, j->shard_name);
+		rc->result = -CKPT_E_CORRUPT;
+		return;
 	}
-	return 0;
+}
+
+static void recheck_pump(struct save_job *j);
+static void job_advance(struct save_job *j);
+
+static void recheck_done(void *arg)
+{
+	struct recheck *rc = arg;
+	struct save_job *j = rc->j;
+
+	j->recheck_running = false;
+	if (rc->result < 0 && !j->err) {
+		j->err = rc->result;
+		memcpy(j->errmsg, rc->errmsg, sizeof(j->errmsg));
+	}
+	j->recheck_next = rc->k1;
+	free(rc);
+	recheck_pump(j);
+	job_advance(j);
+}
+
+#define RECHECK_BATCH (32ull << 20)
+
+/* Loop: hand the chunks that lie in the written prefix to a worker. */
+static void recheck_pump(struct save_job *j)
+{
+	uint64_t prefix = j->reqs_prefix * j->request_bytes, k1, bytes = 0;
+	bool all = j->reqs_prefix == j->nreqs;
+	struct recheck *rc;
+
+	if (j->recheck_running || j->err || !j->csum_done || j->recheck_next >= j->nchunks)
+		return;
+	if (!j->csum_ordered && !all)
+		return;
+	for (k1 = j->recheck_next; k1 < j->nchunks; k1++) {
+		if (!all && j->chunk_off[k1] + j->chunk_len[k1] > prefix)
+			break;
+		bytes += j->chunk_len[k1];
+	}
+	if (k1 == j->recheck_next || (k1 < j->nchunks && bytes < RECHECK_BATCH))
+		return;
+	rc = calloc(1, sizeof(*rc));
+	if (rc) {
+		rc->j = j;
+		rc->k0 = j->recheck_next;
+		rc->k1 = k1;
+	}
+	if (!rc || workers_submit(j->d->workers, recheck_run, recheck_done, rc) < 0) {
+		free(rc);
+		job_set_error(j, -ENOMEM, "re-checking the slot of");
+		return;
+	}
+	j->recheck_running = true;
 }
 
 static void job_advance(struct save_job *j);
@@ -315,6 +384,7 @@ static void csum_done(void *arg)
 	struct daemon *d = j->d;
 
 	j->csum_done = true;
+	recheck_pump(j);
 	job_advance(j);
 	writer_pump(d); /* writes that waited for the checksums */
 }
@@ -397,13 +467,6 @@ static void index_run(void *arg)
 	ssize_t n;
 	int r;
 
-	int64_t t0 = now_ns();
-	r = slot_recheck(j);
-	if (r < 0)
-		goto fail_msg;
-	log_debug("writer", "slot re-checked job=%s step=%llu rank=%u bytes=%llu seconds=%.4f",
-		  j->st->job->name, (unsigned long long)j->step, j->rank,
-		  (unsigned long long)j->data_bytes, (double)(now_ns() - t0) / 1e9);
 	memset(&idx, 0, sizeof(idx));
 	snprintf(idx.job, sizeof(idx.job), "%s", j->st->job->name);
 	idx.step = j->step;
@@ -458,6 +521,10 @@ static void job_free(struct save_job *j)
 	ckpt_table_free(&j->table);
 	ckpt_table_free(&j->vote.table);
 	free(j->chunk_crc);
+	free(j->chunk_off);
+	free(j->chunk_len);
+	free(j->chunk_ext);
+	free(j->req_done);
 	free(j->index_buf);
 	free(j);
 }
@@ -547,7 +614,7 @@ static void job_advance(struct save_job *j)
 {
 	struct daemon *d = j->d;
 
-	if (j->inflight > 0 || !j->csum_done || j->index_started)
+	if (j->inflight > 0 || !j->csum_done || j->index_started || j->recheck_running)
 		return;
 	if (j->err) {
 		j->index_started = true;
@@ -583,7 +650,7 @@ static void job_advance(struct save_job *j)
 		inflight_gauge(d);
 		return;
 	}
-	if (!j->synced)
+	if (!j->synced || j->recheck_next < j->nchunks)
 		return;
 	j->index_started = true;
 	if (workers_submit(d->workers, index_run, index_done, j) < 0) {
@@ -617,9 +684,9 @@ void writer_pump(struct daemon *d)
 		struct save_job *j = d->writing;
 
 		while (j && (j->err || j->next_off >= j->data_bytes ||
-			     !csum_covers(j, j->data_bytes - j->next_off < d->cfg->request_bytes
+			     !csum_covers(j, j->data_bytes - j->next_off < j->request_bytes
 						     ? j->data_bytes - j->next_off
-						     : d->cfg->request_bytes)))
+						     : j->request_bytes)))
 			j = j->next;
 		if (!j)
 			break;
@@ -637,8 +704,8 @@ void writer_pump(struct daemon *d)
 		uint64_t left = j->data_bytes - j->next_off;
 		req->job = j;
 		req->op = IO_WRITE;
-		req->off = j->next_off;
-		req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
+		req->start = req->off = j->next_off;
+		req->len = (uint32_t)(left < j->request_bytes ? left : j->request_bytes);
 		prep_write(j, sqe, req->off, req->len);
 		io_uring_sqe_set_data(sqe, req);
 		j->next_off += req->len;
@@ -688,6 +755,11 @@ void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
 			}
 		} else {
 			j->written += (uint64_t)res;
+			/* The whole request is written: its bytes left the slot. */
+			j->req_done[req->start / j->request_bytes] = 1;
+			while (j->reqs_prefix < j->nreqs && j->req_done[j->reqs_prefix])
+				j->reqs_prefix++;
+			recheck_pump(j);
 		}
 	} else if (req->op == IO_FSYNC) {
 		if (res < 0)
@@ -777,11 +849,33 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->csum_ordered = extents_ordered(j);
 	j->nchunks = ckpt_chunk_count(&j->table, j->blob_bytes, j->chunk_bytes);
 	j->chunk_crc = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
-	if (!j->chunk_crc || j->nchunks > UINT32_MAX) {
+	j->chunk_off = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint64_t));
+	j->chunk_len = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
+	j->chunk_ext = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
+	j->request_bytes = (uint32_t)d->cfg->request_bytes;
+	j->nreqs = (j->data_bytes + j->request_bytes - 1) / j->request_bytes;
+	j->req_done = calloc(j->nreqs ? j->nreqs : 1, 1);
+	if (!j->chunk_crc || !j->chunk_off || !j->chunk_len || !j->chunk_ext || !j->req_done ||
+	    j->nchunks > UINT32_MAX) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory for %llu chunk checksums",
 			 (unsigned long long)j->nchunks);
 		goto fail;
+	}
+	{
+		uint64_t k = 0;
+		for (uint32_t i = 0; i <= j->table.count; i++) {
+			bool blob = i == j->table.count;
+			uint64_t offset = blob ? j->blob_offset : j->table.tensors[i].data_offset;
+			uint64_t nbytes = blob ? j->blob_bytes : j->table.tensors[i].nbytes;
+			for (uint64_t off = 0; off < nbytes && k < j->nchunks;
+			     off += j->chunk_bytes, k++) {
+				j->chunk_off[k] = offset + off;
+				j->chunk_len[k] = (uint32_t)(nbytes - off < j->chunk_bytes
+								 ? nbytes - off : j->chunk_bytes);
+				j->chunk_ext[k] = i;
+			}
+		}
 	}
 	if (mkdirat(st->job->dirfd, j->step_name, 0750) < 0 && errno != EEXIST) {
 		r = -errno;

@@ -1211,14 +1211,6 @@ static void resolve_start(struct step *st, const char *why)
 	d->busy++;
 }
 
-/*
- * Non-leader: an outcome the peer link dropped (a full queue, a failed
- * send) must not leave a step open forever. A step with every vote of this
- * node out and no outcome for `after_ns` sends its votes again, marked as a
- * resend: the leader answers a committed or ended step with its outcome
- * and ignores a duplicate of an open one. A step this node failed itself
- * sends its ABORT again, a few times, in case the first was dropped.
- */
 /* Leader: a step that has had no vote for step_timeout_ms fails. */
 static void leader_tick(struct daemon *d, int64_t now)
 {
@@ -1253,6 +1245,14 @@ static void leader_tick(struct daemon *d, int64_t now)
 	}
 }
 
+/*
+ * Non-leader: an outcome the peer link dropped (a full queue, a failed
+ * send) must not leave a step open forever. A step with every vote of this
+ * node out and no outcome for `after_ns` sends its votes again, marked as a
+ * resend: the leader answers a committed or ended step with its outcome
+ * and ignores a duplicate of an open one. A step this node failed itself
+ * sends its ABORT again, a few times, in case the first was dropped.
+ */
 void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns)
 {
 	if (coord_is_leader(d)) {

@@ -115,6 +115,10 @@ struct step {
 	bool abort_from_peer;      /* failed by the leader's word: not echoed back */
 	int64_t opened_ns;
 	int64_t last_vote_ns;      /* when the newest vote came */
+	/* Non-leader of a group: the outcome is asked for again (coord_peer_tick). */
+	int64_t asked_ns;          /* when this node last resent its votes or ABORT */
+	unsigned abort_resends;    /* times its own ABORT went to the leader again */
+	bool resolving;            /* leader lost: the root's manifest is being looked for */
 };
 
 struct job {
@@ -261,6 +265,10 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m);
 void coord_peer_committed(struct daemon *d, const struct peer_msg *m);
 void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m);
 void coord_peer_lost(struct daemon *d, uint32_t node, const char *why);
+/* From the peer link's timer. Non-leader: ask the leader again for the
+ * outcome of steps that have waited for one longer than `after_ns`.
+ * Leader: fail steps with no vote for step_timeout_ms. */
+void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns);
 
 /* arena.c */
 /* Size, create, seal, populate (and mlock where allowed) c's arena. */

@@ -502,6 +502,16 @@ static const struct config_option options[] = {
 		.offset = FIELD(peer_timeout_ms),
 	},
 	{
+		.key = "step_timeout_ms", .type = OPT_UINT, .def = "600000", .min = 0,
+		.max = 86400000,
+		.arg = "MS", .help = "a group's step with no new vote for this long fails; 0 = never",
+		.description =
+			"In a multi-node group, the leader fails a step that has had no\n"
+			"new vote for this long (naming the ranks that never voted), so\n"
+			"that no step stays open and every wait ends. 0: no limit.",
+		.offset = FIELD(step_timeout_ms),
+	},
+	{
 		.key = "partner_memory", .type = OPT_SIZE, .def = "0", .min = 0, .max = UINT64_MAX,
 		.arg = "SIZE", .help = "memory for partner nodes' newest step; 0 = none",
 		.description =

@@ -67,6 +67,7 @@ struct ckptd_config {
 	char *fabric_address;    /* fabric_address: host or IP the endpoint binds; "" = any */
 	char *peer_key_file;     /* peer_key_file: "" = <rendezvous_dir>/key */
 	uint32_t peer_timeout_ms;/* peer_timeout_ms */
+	uint32_t step_timeout_ms;/* step_timeout_ms */
 	uint64_t partner_memory; /* partner_memory: bytes for partner copies, 0 = none */
 	uint32_t partners;       /* partners: nodes that hold a copy of this node's ranks */
 };

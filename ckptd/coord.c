@@ -1225,7 +1225,7 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 	if (d->peer && !coord_is_leader(d)) {
 		/* The leader counts; this node forwards its own ranks' votes. */
 		if (!st->votes[rank].remote &&
-		    peer_send_vote(d, st, rank, &st->votes[rank]) < 0)
+		    peer_send_vote(d, st, rank, &st->votes[rank], false) < 0)
 			coord_fail(st, -CKPT_E_ABORTED, "the leader (node 0) is not reachable: "
 				   "step %llu cannot commit", (unsigned long long)st->step);
 		return;
@@ -1289,7 +1289,7 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 		log_error("coord", "cannot open job=%s for a vote of node %u", m->job, node);
 		return;
 	}
-	if (job_is_committed(job, m->step)) {
+	if (job_is_committed(job, m->step) || peer_recently_committed(d, job->name, m->step)) {
 		/* A vote that crossed the commit, or a resend. */
 		peer_send_committed_to(d, node, job->name, m->step, m->world_size);
 		return;
@@ -1297,6 +1297,15 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 	st = step_find(job, m->step);
 	if (st && st->state == STEP_FAILED) {
 		peer_send_abort_to(d, node, job->name, m->step, st->error, st->reason);
+		return;
+	}
+	if (!st && m->status == PEER_VOTE_AGAIN) {
+		/* Asked for an outcome it missed: the step is neither committed
+		 * nor open here, so it ended without a commit (its record is
+		 * gone); a resend never opens a step. */
+		peer_send_abort_to(d, node, job->name, m->step, -CKPT_E_ABORTED,
+				   "the leader (node 0) has no open step of this number: it "
+				   "failed, or its votes never arrived");
 		return;
 	}
 	if (!st) {
@@ -1344,23 +1353,24 @@ void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 	coord_vote(st, m->rank, &v);
 }
 
-void coord_peer_committed(struct daemon *d, const struct peer_msg *m)
+/* Step `step` of a job is committed (the leader said so, or its manifest is
+ * on the root): tell the ranks that wait for it. */
+static void committed_elsewhere(struct job *job, uint64_t step, const char *how)
 {
-	struct job *job = job_get(d, m->job, false);
 	struct step *st;
 
-	if (!job || job_is_committed(job, m->step))
+	if (job_is_committed(job, step))
 		return;
-	if (committed_insert(job, m->step) < 0) {
+	if (committed_insert(job, step) < 0) {
 		log_error("coord", "out of memory recording a commit job=%s", job->name);
 		return;
 	}
 	metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
-	st = step_find(job, m->step);
+	st = step_find(job, step);
 	if (st) {
 		double secs = (double)(now_ns() - st->opened_ns) / 1e9;
-		log_info("coord", "committed by the leader job=%s step=%llu ranks=%u seconds=%.3f",
-			 job->name, (unsigned long long)m->step, m->world_size, secs);
+		log_info("coord", "committed %s job=%s step=%llu ranks=%u seconds=%.3f", how,
+			 job->name, (unsigned long long)step, st->world_size, secs);
 		metrics_inc(M_SAVES_TOTAL, job->name, "committed");
 		metrics_observe(M_TIME_TO_COMMITTED_SECONDS, secs, job->name);
 		notify_participants(st, CKPT_STATE_COMMITTED, 0, NULL);
@@ -1375,29 +1385,56 @@ void coord_peer_committed(struct daemon *d, const struct peer_msg *m)
 	job_release(job);
 }
 
+void coord_peer_committed(struct daemon *d, const struct peer_msg *m)
+{
+	struct job *job = job_get(d, m->job, false);
+
+	if (job)
+		committed_elsewhere(job, m->step, "by the leader");
+}
+
+/*
+ * An ABORT only ever concerns a step still open, of a job this daemon
+ * manages: it never creates a job, never touches a committed (or
+ * committing) step, and is ignored for a step this daemon has no record of,
+ * with one exception: the leader records a failed step for an ABORT from
+ * a node whose rank failed before any vote of the step reached the leader,
+ * so that the other nodes' votes get an answer. Such a step is newer than
+ * every committed one (an ABORT for an older step is stale).
+ */
 void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m)
 {
 	bool leader = coord_is_leader(d);
-	struct job *job = job_get(d, m->job, leader);
+	struct job *job = job_get(d, m->job, false);
 	struct step *st;
 
-	if (!job || job_is_committed(job, m->step))
+	if (!job || job_is_committed(job, m->step) ||
+	    (leader && peer_recently_committed(d, job->name, m->step)))
 		return;
 	st = step_find(job, m->step);
 	if (!st) {
+		uint64_t latest = job_latest(job);
 		if (!leader)
 			return;
+		if (latest != CKPT_NO_STEP && m->step <= latest) {
+			log_info("coord", "ABORT ignored job=%s step=%llu node=%u: no such open step, "
+				 "and step %llu is committed", job->name, (unsigned long long)m->step,
+				 node, (unsigned long long)latest);
+			return;
+		}
 		/* Recorded as failed, so later votes for it are answered. */
 		st = step_get(job, m->step, m->world_size ? m->world_size : 1);
 		if (!st)
 			return;
 	}
-	if (st->state != STEP_OPEN)
+	if (st->state != STEP_OPEN || st->resolving)
 		return;
 	st->abort_from_peer = !leader;
 	coord_fail(st, m->status < 0 ? m->status : -CKPT_E_ABORTED, "%s (node %u)",
 		   m->reason[0] ? m->reason : "aborted", node);
 }
+
+static void resolve_start(struct step *st, const char *why);
 
 void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
 {
@@ -1424,10 +1461,170 @@ void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
 			if (st->state == STEP_OPEN)
 				open[i++] = st;
 		for (i = 0; i < n; i++) {
+			if (!leader && open[i]->inflight == 0 && open[i]->votes_in > 0) {
+				/* Every vote of this node went out: the leader may
+				 * have committed before it was lost. */
+				resolve_start(open[i], why);
+				continue;
+			}
 			open[i]->abort_from_peer = !leader;
 			coord_fail(open[i], -CKPT_E_ABORTED, "node %u lost (%s): step %llu cannot "
 				   "commit", node, why, (unsigned long long)open[i]->step);
 		}
 		free(open);
+	}
+}
+
+/*
+ * Non-leader: the leader was lost while a step had all of this node's
+ * votes. Whether it committed is on the shared root: its MANIFEST.json
+ * exists (the leader writes it durably before it tells anyone). Looked up
+ * on a worker; the step stays open meanwhile.
+ */
+struct resolve {
+	struct daemon *d;
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	int dirfd;                 /* the job directory's, duplicated */
+	bool committed;
+	char why[96];
+};
+
+static void resolve_run(void *arg)
+{
+	struct resolve *rv = arg;
+	char name[32], path[64];
+	struct stat sb;
+
+	if (ckpt_step_dirname(name, sizeof(name), rv->step) < 0)
+		return;
+	snprintf(path, sizeof(path), "%s/%s", name, CKPT_MANIFEST_NAME);
+	rv->committed = fstatat(rv->dirfd, path, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+			S_ISREG(sb.st_mode);
+}
+
+static void resolve_done(void *arg)
+{
+	struct resolve *rv = arg;
+	struct daemon *d = rv->d;
+	struct job *job = job_get(d, rv->job, false);
+	struct step *st = job ? step_find(job, rv->step) : NULL;
+
+	d->busy--;
+	close(rv->dirfd);
+	if (st)
+		st->resolving = false;
+	if (st && st->state == STEP_OPEN) {
+		if (rv->committed) {
+			log_warn("coord", "leader lost after it committed job=%s step=%llu: its "
+				 "manifest is on the root", job->name, (unsigned long long)rv->step);
+			committed_elsewhere(job, rv->step, "(manifest found on the root)");
+		} else {
+			st->abort_from_peer = true;
+			coord_fail(st, -CKPT_E_ABORTED, "node 0 lost (%s): step %llu cannot commit "
+				   "(no manifest on the root)", rv->why, (unsigned long long)rv->step);
+		}
+	}
+	free(rv);
+}
+
+static void resolve_start(struct step *st, const char *why)
+{
+	struct daemon *d = st->job->d;
+	struct resolve *rv;
+
+	if (st->resolving)
+		return;
+	rv = calloc(1, sizeof(*rv));
+	if (rv) {
+		rv->d = d;
+		snprintf(rv->job, sizeof(rv->job), "%s", st->job->name);
+		rv->step = st->step;
+		snprintf(rv->why, sizeof(rv->why), "%s", why);
+		rv->dirfd = fcntl(st->job->dirfd, F_DUPFD_CLOEXEC, 0);
+	}
+	if (!rv || rv->dirfd < 0 || workers_submit(d->workers, resolve_run, resolve_done, rv) < 0) {
+		if (rv && rv->dirfd >= 0)
+			close(rv->dirfd);
+		free(rv);
+		st->abort_from_peer = true;
+		coord_fail(st, -CKPT_E_ABORTED, "node 0 lost (%s): step %llu cannot commit",
+			   why, (unsigned long long)st->step);
+		return;
+	}
+	st->resolving = true;
+	d->busy++;
+}
+
+/* Leader: a step that has had no vote for step_timeout_ms fails. */
+static void leader_tick(struct daemon *d, int64_t now)
+{
+	int64_t limit = (int64_t)d->cfg->step_timeout_ms * 1000000;
+
+	if (limit == 0)
+		return;
+	for (struct job *job = d->jobs; job; job = job->next) {
+		struct step *stale = NULL;
+		for (struct step *st = job->steps; st && !stale; st = st->next) {
+			int64_t since = st->last_vote_ns > st->opened_ns ? st->last_vote_ns
+									 : st->opened_ns;
+			if (st->state == STEP_OPEN && st->inflight == 0 && now - since >= limit)
+				stale = st;
+		}
+		if (!stale)
+			continue;
+		/* One per job and tick: failing may prune the list. */
+		char missing[96] = "";
+		size_t len = 0;
+		unsigned n = 0;
+		for (uint32_t r = 0; r < stale->world_size; r++) {
+			if (stale->votes[r].durable)
+				continue;
+			if (n++ < 8 && len < sizeof(missing))
+				len += (size_t)snprintf(missing + len, sizeof(missing) - len, "%s%u",
+							len ? ", " : "", r);
+		}
+		coord_fail(stale, -CKPT_E_ABORTED, "no vote for step %llu within step_timeout_ms=%u: "
+			   "%u rank(s) never saved it (%s%s)", (unsigned long long)stale->step,
+			   d->cfg->step_timeout_ms, n, missing, n > 8 ? ", ..." : "");
+	}
+}
+
+/*
+ * Non-leader: an outcome the peer link dropped (a full queue, a failed
+ * send) must not leave a step open forever. A step with every vote of this
+ * node out and no outcome for `after_ns` sends its votes again, marked as a
+ * resend: the leader answers a committed or ended step with its outcome
+ * and ignores a duplicate of an open one. A step this node failed itself
+ * sends its ABORT again, a few times, in case the first was dropped.
+ */
+void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns)
+{
+	if (coord_is_leader(d)) {
+		leader_tick(d, now);
+		return;
+	}
+	for (struct job *job = d->jobs; job; job = job->next) {
+		for (struct step *st = job->steps; st; st = st->next) {
+			int64_t since = st->asked_ns > st->last_vote_ns ? st->asked_ns
+									 : st->last_vote_ns;
+			if (now - since < after_ns)
+				continue;
+			if (st->state == STEP_OPEN && !st->resolving && st->inflight == 0 &&
+			    st->votes_in > 0) {
+				st->asked_ns = now;
+				log_info("coord", "no outcome yet, votes sent again job=%s step=%llu "
+					 "waited_seconds=%.3f", job->name, (unsigned long long)st->step,
+					 (double)(now - since) / 1e9);
+				for (uint32_t r = 0; r < st->world_size; r++)
+					if (st->votes[r].durable && !st->votes[r].remote)
+						peer_send_vote(d, st, r, &st->votes[r], true);
+			} else if (st->state == STEP_FAILED && !st->abort_from_peer &&
+				   st->abort_resends < 3) {
+				st->asked_ns = now;
+				st->abort_resends++;
+				peer_send_abort_to(d, 0, job->name, st->step, st->error, st->reason);
+			}
+		}
 	}
 }

@@ -54,6 +54,7 @@ struct node {
 	size_t addr_len;
 	uint64_t epoch;          /* its incarnation, 0 unknown */
 	uint64_t file_epoch;     /* epoch of the rendezvous file last read */
+	bool rdv_reading;        /* its rendezvous file is being read on a worker */
 	int64_t last_heard_ns;
 	/* Control messages the provider had no room for yet, in order. Per
 	 * node: a peer that does not take messages must not hold up others. */
@@ -201,6 +202,14 @@ struct peerlink {
 };
 
 static pthread_mutex_t fetch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* CKPTD_TEST_FAULT, read once in peer_init: fault injection for tests. */
+static char test_fault[64];
+
+bool peer_test_fault(const char *name)
+{
+	return test_fault[0] && strcmp(test_fault, name) == 0;
+}
 
 static int64_t timeout_ns(const struct peerlink *pl)
 {
@@ -506,9 +515,10 @@ static int publish(struct peerlink *pl)
 	return 0;
 }
 
-/* Node k's rendezvous file: 0 with its epoch and address, -ENOENT, or
- * -EBADMSG for a file that is not a node-k address. */
-static int read_node_file(const struct peerlink *pl, uint32_t k, uint64_t *epoch_out,
+/* Node k's rendezvous file in rdv: 0 with its epoch and address, -ENOENT,
+ * or -EBADMSG for a file that is not a node-k address. Blocking metadata
+ * I/O on the shared root: on a worker only, once the loop runs. */
+static int read_node_file(const char *rdv, uint32_t k, uint64_t *epoch_out,
 			  uint8_t *addr, size_t *addr_len)
 {
 	char path[PATH_MAX + 32], line[2 * PEER_ADDR_MAX + 64];
@@ -518,7 +528,7 @@ static int read_node_file(const struct peerlink *pl, uint32_t k, uint64_t *epoch
 	FILE *f;
 
 	*addr_len = 0;
-	snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, k);
+	snprintf(path, sizeof(path), "%s/node-%u", rdv, k);
 	f = fopen(path, "r");
 	if (!f)
 		return -ENOENT;
@@ -540,35 +550,101 @@ static int read_node_file(const struct peerlink *pl, uint32_t k, uint64_t *epoch
 	return 0;
 }
 
-static void read_rendezvous(struct peerlink *pl, uint32_t k)
-{
-	uint8_t addr[PEER_ADDR_MAX];
-	size_t addr_len = 0;
-	uint64_t epoch = 0;
-	int r = read_node_file(pl, k, &epoch, addr, &addr_len);
-
-	if (r == -EBADMSG)
-		log_warn("peer", "ignoring rendezvous file %s/node-%u: not a node-%u address",
-			 pl->rdv, k, k);
-	if (r < 0 || epoch == pl->nodes[k].file_epoch)
-		return;
-	if (node_set_addr(pl, k, addr, addr_len) < 0) {
-		log_warn("peer", "rendezvous file %s/node-%u: address not usable by provider %s",
-			 pl->rdv, k, pl->d->cfg->fabric_provider);
-		return;
-	}
-	pl->nodes[k].file_epoch = epoch;
-}
-
-/* Whether this daemon's own rendezvous file still names it: another daemon
- * started with the same node_index replaces it. */
+/* Whether this daemon's own rendezvous file still names it (at stop: the
+ * loop has ended). */
 static bool own_file_is_ours(const struct peerlink *pl)
 {
 	uint8_t addr[PEER_ADDR_MAX];
 	size_t addr_len;
 	uint64_t epoch = 0;
 
-	return read_node_file(pl, pl->me, &epoch, addr, &addr_len) == 0 && epoch == pl->epoch;
+	return read_node_file(pl->rdv, pl->me, &epoch, addr, &addr_len) == 0 &&
+	       epoch == pl->epoch;
+}
+
+/*
+ * A look at one node's rendezvous file, on a worker: the file of a node
+ * that is down (its address may be new), or this daemon's own (another
+ * daemon started with the same node_index replaces it). The shared root's
+ * metadata server may be slow or hung: the loop never waits for it, and
+ * each file has at most one read in flight, so a file that hangs holds up
+ * only its own node (and one worker).
+ */
+struct rdv_read {
+	struct peerlink *pl;
+	char rdv[PATH_MAX];
+	uint32_t k;
+	int result;
+	uint64_t epoch;
+	uint8_t addr[PEER_ADDR_MAX];
+	size_t addr_len;
+};
+
+static void rdv_read_run(void *arg)
+{
+	struct rdv_read *rd = arg;
+
+	rd->result = read_node_file(rd->rdv, rd->k, &rd->epoch, rd->addr, &rd->addr_len);
+}
+
+static void rdv_read_done(void *arg)
+{
+	struct rdv_read *rd = arg;
+	struct peerlink *pl = rd->pl;
+	struct node *nd = &pl->nodes[rd->k];
+	uint32_t k = rd->k;
+
+	nd->rdv_reading = false;
+	if (k == pl->me) {
+		if ((rd->result < 0 || rd->epoch != pl->epoch) && !pl->duplicate_logged) {
+			/* Said once: the group cannot work like this, and the
+			 * other nodes see node K "restart" at every message of
+			 * either. */
+			log_error("peer", "another daemon has published itself as node %u in %s: two "
+				  "daemons with node_index %u? (this one: epoch %016llx)", pl->me,
+				  pl->rdv, pl->me, (unsigned long long)pl->epoch);
+			pl->duplicate_logged = true;
+		}
+		free(rd);
+		return;
+	}
+	if (pl->stopping || nd->up)
+		goto out;
+	if (rd->result == -EBADMSG)
+		log_warn("peer", "ignoring rendezvous file %s/node-%u: not a node-%u address",
+			 pl->rdv, k, k);
+	if (rd->result < 0 || rd->epoch == nd->file_epoch)
+		goto out;
+	if (node_set_addr(pl, k, rd->addr, rd->addr_len) < 0) {
+		log_warn("peer", "rendezvous file %s/node-%u: address not usable by provider %s",
+			 pl->rdv, k, pl->d->cfg->fabric_provider);
+		goto out;
+	}
+	nd->file_epoch = rd->epoch;
+	/* A new address: no need to wait for the next tick. */
+	send_hello(pl, k, false);
+out:
+	free(rd);
+}
+
+static void rdv_read_start(struct peerlink *pl, uint32_t k)
+{
+	struct node *nd = &pl->nodes[k];
+	struct rdv_read *rd;
+
+	if (pl->explicit_peers || nd->rdv_reading)
+		return;
+	rd = calloc(1, sizeof(*rd));
+	if (!rd)
+		return;
+	rd->pl = pl;
+	rd->k = k;
+	snprintf(rd->rdv, sizeof(rd->rdv), "%s", pl->rdv);
+	if (workers_submit(pl->d->workers, rdv_read_run, rdv_read_done, rd) < 0) {
+		free(rd);
+		return;
+	}
+	nd->rdv_reading = true;
 }
 
 static int load_key(struct peerlink *pl)
@@ -2025,15 +2101,8 @@ static void tick(struct peerlink *pl)
 	int64_t now = now_ns();
 	struct peer_msg m;
 
-	if (!pl->explicit_peers && !pl->duplicate_logged && !own_file_is_ours(pl)) {
-		/* Said once: the group cannot work like this, and the other
-		 * nodes see node K "restart" at every message of either. */
-		log_error("peer", "another daemon has published itself as node %u in %s: two "
-			  "daemons with node_index %u? (this one: epoch %016llx)", pl->me, pl->rdv,
-			  pl->me, (unsigned long long)pl->epoch);
-		pl->duplicate_logged = true;
-	}
-
+	if (!pl->duplicate_logged)
+		rdv_read_start(pl, pl->me);
 	for (uint32_t k = 0; k < pl->n; k++) {
 		struct node *nd = &pl->nodes[k];
 		if (k == pl->me)
@@ -2045,8 +2114,7 @@ static void tick(struct peerlink *pl)
 			node_lost(pl, k, why);
 		}
 		if (!nd->up) {
-			if (!pl->explicit_peers)
-				read_rendezvous(pl, k);
+			rdv_read_start(pl, k);
 			if (nd->have_addr)
 				send_hello(pl, k, false);
 		} else {
@@ -2054,6 +2122,10 @@ static void tick(struct peerlink *pl)
 			send_msg(pl, k, &m);
 		}
 	}
+	/* Outcomes this node may have missed are asked for again; the leader
+	 * ends steps that wait too long. */
+	if (!pl->stopping)
+		coord_peer_tick(pl->d, now, timeout_ns(pl));
 	for (struct xfer *x = pl->xfers, *next; x; x = next) {
 		next = x->next;
 		if (!x->finished && x->status == 0 && now > x->deadline_ns) {
@@ -2186,11 +2258,12 @@ int peer_wake_fd(struct daemon *d)
 /* ---- Coordinator messages ----------------------------------------------- */
 
 int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
-		    const struct rank_vote *v)
+		    const struct rank_vote *v, bool again)
 {
 	struct peer_msg m;
 
 	msg_init(&m, PEER_VOTE);
+	m.status = again ? PEER_VOTE_AGAIN : 0;
 	msg_job(&m, st->job->name, st->step);
 	m.world_size = st->world_size;
 	m.rank = rank;
@@ -2233,6 +2306,11 @@ void peer_send_abort(struct daemon *d, const char *job, uint64_t step, int error
 		peer_send_abort_to(d, 0, job, step, error, reason);
 		return;
 	}
+	if (peer_test_fault("drop-outcomes")) {
+		log_warn("peer", "TEST FAULT: ABORT job=%s step=%llu not sent to any node", job,
+			 (unsigned long long)step);
+		return;
+	}
 	for (uint32_t k = 1; k < pl->n; k++)
 		if (pl->nodes[k].up)
 			peer_send_abort_to(d, k, job, step, error, reason);
@@ -2255,10 +2333,19 @@ void peer_send_committed(struct daemon *d, const char *job, uint64_t step, uint3
 
 	if (!pl)
 		return;
-	for (uint32_t k = 1; k < pl->n; k++)
-		if (pl->nodes[k].up)
-			peer_send_committed_to(d, k, job, step, world_size);
+	if (peer_test_fault("drop-outcomes"))
+		log_warn("peer", "TEST FAULT: COMMITTED job=%s step=%llu not sent to any node",
+			 job, (unsigned long long)step);
+	else
+		for (uint32_t k = 1; k < pl->n; k++)
+			if (pl->nodes[k].up)
+				peer_send_committed_to(d, k, job, step, world_size);
 	peer_step_committed(d, job, step);
+}
+
+bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t step)
+{
+	return d->peer && recently_committed(d->peer, job, step);
 }
 
 /* ---- Life cycle ---------------------------------------------------------- */
@@ -2276,6 +2363,12 @@ int peer_init(struct daemon *d)
 		return -ENOMEM;
 	pl->d = d;
 	pl->cq_fd = pl->timer_fd = pl->wake_fd = -1;
+	const char *fault = getenv("CKPTD_TEST_FAULT");
+	if (fault && *fault) {
+		snprintf(test_fault, sizeof(test_fault), "%s", fault);
+		log_warn("peer", "TEST FAULT INJECTION ENABLED: CKPTD_TEST_FAULT=%s (tests only; "
+			 "never set it in production)", test_fault);
+	}
 	pl->me = cfg->node_index;
 	pl->n = cfg->nodes;
 	pl->explicit_peers = *cfg->peers != '\0';

@@ -37,9 +37,11 @@ void peer_stop(struct daemon *d);
 
 bool peer_is_leader(const struct daemon *d);
 
-/* Follower: a local rank's vote goes to the leader. */
+/* Follower: a local rank's vote goes to the leader; `again` when it is
+ * sent again because no outcome came (the leader then answers with the
+ * outcome, and never opens a step for it). */
 int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
-		    const struct rank_vote *v);
+		    const struct rank_vote *v, bool again);
 /* Leader: tell every node; follower: tell the leader (from_leader false). */
 void peer_send_abort(struct daemon *d, const char *job, uint64_t step, int error,
 		     const char *reason);
@@ -72,6 +74,14 @@ void peer_step_failed(struct daemon *d, const char *job, uint64_t step);
 int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint8_t *dst,
 	       uint64_t cap, void **index, uint64_t *index_bytes, uint64_t *shard_bytes,
 	       char *err, size_t errlen);
+/* Leader: whether the leader told the group lately that step committed
+ * (it may be gone from the root since, by retention). */
+bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t step);
+/* Fault injection for tests: whether CKPTD_TEST_FAULT (read once at start)
+ * names this fault. Faults: drop-outcomes (the leader sends no COMMITTED
+ * or ABORT broadcast; its answers to resent votes still go). */
+bool peer_test_fault(const char *name);
+
 /* Whether a restore should ask partners at all. */
 bool peer_fetch_enabled(const struct daemon *d);
 

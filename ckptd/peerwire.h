@@ -77,6 +77,11 @@ struct peer_msg {
 	char cluster_id[PEER_CLUSTER_MAX + 1];
 };
 
+/* VOTE's status: a vote sent again after no outcome came for the step
+ * within peer_timeout_ms; for a step it does not have open, the leader
+ * answers with the outcome (COMMITTED, or ABORT) and opens nothing. */
+#define PEER_VOTE_AGAIN 1
+
 #define PEER_TAG_PIECE_BITS 24
 #define PEER_XFER_MASK ((1ull << 40) - 1)
 

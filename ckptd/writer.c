@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ enum io_op { IO_WRITE = 1, IO_FSYNC = 2 };
 
 struct io_req {
 	struct save_job *job;
+	uint64_t start;            /* where the request began (a short write moves off) */
 	uint64_t off;
 	uint32_t len;
 	uint8_t op;
@@ -38,12 +40,28 @@ struct save_job {
 	uint32_t chunk_bytes;
 	struct ckpt_table table;
 	int stepfd, fd;
+	int job_dirfd;             /* the job's, borrowed: the job outlives its saves */
 	bool direct;
 	uint64_t next_off, written;
 	unsigned inflight;
 	int err;
 	char errmsg[CKPT_REASON_MAX + 1];
 	bool sync_sent, synced, csum_done, index_started;
+	/* The checksums run ahead of the writes: a range is written only
+	 * once every chunk in it was checksummed (csum_upto, published by the
+	 * worker; with extents out of order, only when all are). */
+	bool csum_ordered;
+	_Atomic uint64_t csum_upto;
+	int ring_efd;              /* wakes the loop to submit what became writable */
+	/* The re-check of the slot (slot_recheck) trails the writes: chunks
+	 * inside the written prefix go to a worker in batches. */
+	uint32_t request_bytes;    /* this save's write request size */
+	uint8_t *req_done;         /* per request: every byte of it written */
+	uint64_t nreqs, reqs_prefix;
+	uint64_t *chunk_off;       /* per chunk: shard offset, length, extent */
+	uint32_t *chunk_len, *chunk_ext;
+	uint64_t recheck_next;     /* chunks before it re-checked */
+	bool recheck_running;
 	uint32_t *chunk_crc;
 	uint64_t nchunks;
 	uint32_t blob_crc;
@@ -203,9 +221,39 @@ static void job_set_error(struct save_job *j, int err, const char *what)
 		 (unsigned long long)j->step, strerror(-err));
 }
 
+/* The extents (tensors in table order, then the blob) lie in ascending
+ * shard order: what is checksummed is a prefix of the shard. */
+static bool extents_ordered(const struct save_job *j)
+{
+	uint64_t end = 0;
+
+	for (uint32_t i = 0; i < j->table.count; i++) {
+		const struct ckpt_tensor *t = &j->table.tensors[i];
+		if (t->data_offset < end)
+			return false;
+		end = t->data_offset + t->nbytes;
+	}
+	return j->blob_bytes == 0 || j->blob_offset >= end;
+}
+
+static void csum_publish(struct save_job *j, uint64_t upto, uint64_t *woken)
+{
+	uint64_t one = 1;
+
+	atomic_store_explicit(&j->csum_upto, upto, memory_order_release);
+	/* Wake the loop about once per write request's worth. */
+	if (upto - *woken >= j->d->cfg->request_bytes || upto == UINT64_MAX) {
+		*woken = upto;
+		if (write(j->ring_efd, &one, sizeof(one)) < 0) {
+			/* Already non-zero: the loop wakes anyway. */
+		}
+	}
+}
+
 /* CRC-32C of each chunk of one extent into chunk_crc[*k...], and of the
- * whole extent (combined from its chunks). */
-static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes, uint64_t *k)
+ * whole extent (combined from its chunks), publishing progress. */
+static uint32_t extent_crc_publish(struct save_job *j, uint64_t offset, uint64_t nbytes,
+				   uint64_t *k, uint64_t *woken)
 {
 	uint32_t whole = 0;
 
@@ -214,6 +262,8 @@ static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes,
 		uint32_t crc = ckpt_crc32c(0, j->base + offset + off, n);
 		j->chunk_crc[(*k)++] = crc;
 		whole = off ? ckpt_crc32c_combine(whole, crc, n) : crc;
+		if (j->csum_ordered)
+			csum_publish(j, offset + off + n, woken);
 	}
 	return whole;
 }
@@ -222,13 +272,108 @@ static uint32_t extent_crc(struct save_job *j, uint64_t offset, uint64_t nbytes,
 static void csum_run(void *arg)
 {
 	struct save_job *j = arg;
-	uint64_t k = 0;
+	uint64_t k = 0, woken = 0;
 
 	for (uint32_t i = 0; i < j->table.count; i++) {
 		struct ckpt_tensor *t = &j->table.tensors[i];
-		t->crc32c = extent_crc(j, t->data_offset, t->nbytes, &k);
+		t->crc32c = extent_crc_publish(j, t->data_offset, t->nbytes, &k, &woken);
 	}
-	j->blob_crc = extent_crc(j, j->blob_offset, j->blob_bytes, &k);
+	j->blob_crc = extent_crc_publish(j, j->blob_offset, j->blob_bytes, &k, &woken);
+	csum_publish(j, UINT64_MAX, &woken);
+}
+
+/*
+ * The slot must still hold what was checksummed once its bytes are
+ * written. A rank that writes into its slot after ckpt_save_finish (say an
+ * unsynchronised GPU copy into reserved memory) may have changed bytes
+ * after they were checksummed and before or while they were written; the
+ * index would then describe other bytes than the shard, or the shard other
+ * bytes than the rank had. Every chunk is checksummed again once its write
+ * completed (the writes only ever start after the first checksum of their
+ * chunks); one that differs fails the save, naming the tensor and offset.
+ */
+struct recheck {
+	struct save_job *j;
+	uint64_t k0, k1;
+	int result;
+	char errmsg[CKPT_REASON_MAX + 1];
+};
+
+static void recheck_run(void *arg)
+{
+	struct recheck *rc = arg;
+	struct save_job *j = rc->j;
+
+	for (uint64_t k = rc->k0; k < rc->k1; k++) {
+		if (ckpt_crc32c(0, j->base + j->chunk_off[k], j->chunk_len[k]) == j->chunk_crc[k])
+			continue;
+		bool blob = j->chunk_ext[k] == j->table.count;
+		uint64_t ext_off = blob ? j->blob_offset
+					: j->table.tensors[j->chunk_ext[k]].data_offset;
+		uint64_t off = j->chunk_off[k] - ext_off;
+		snprintf(rc->errmsg, sizeof(rc->errmsg),
+			 "rank %u wrote into its slot after ckpt_save_finish: step %llu, "
+			 "%s%s%s bytes %llu..%llu changed while ckptd saved them (%s/%s/%s)",
+			 j->rank, (unsigned long long)j->step, blob ? "the blob" : "tensor '",
+			 blob ? "" : j->table.tensors[j->chunk_ext[k]].name, blob ? "," : "',",
+			 (unsigned long long)off, (unsigned long long)(off + j->chunk_len[k] - 1),
+			 j->st->job->name, j->step_name, j->shard_name);
+		rc->result = -CKPT_E_CORRUPT;
+		return;
+	}
+}
+
+static void recheck_pump(struct save_job *j);
+static void job_advance(struct save_job *j);
+
+static void recheck_done(void *arg)
+{
+	struct recheck *rc = arg;
+	struct save_job *j = rc->j;
+
+	j->recheck_running = false;
+	if (rc->result < 0 && !j->err) {
+		j->err = rc->result;
+		memcpy(j->errmsg, rc->errmsg, sizeof(j->errmsg));
+	}
+	j->recheck_next = rc->k1;
+	free(rc);
+	recheck_pump(j);
+	job_advance(j);
+}
+
+#define RECHECK_BATCH (32ull << 20)
+
+/* Loop: hand the chunks that lie in the written prefix to a worker. */
+static void recheck_pump(struct save_job *j)
+{
+	uint64_t prefix = j->reqs_prefix * j->request_bytes, k1, bytes = 0;
+	bool all = j->reqs_prefix == j->nreqs;
+	struct recheck *rc;
+
+	if (j->recheck_running || j->err || !j->csum_done || j->recheck_next >= j->nchunks)
+		return;
+	if (!j->csum_ordered && !all)
+		return;
+	for (k1 = j->recheck_next; k1 < j->nchunks; k1++) {
+		if (!all && j->chunk_off[k1] + j->chunk_len[k1] > prefix)
+			break;
+		bytes += j->chunk_len[k1];
+	}
+	if (k1 == j->recheck_next || (k1 < j->nchunks && bytes < RECHECK_BATCH))
+		return;
+	rc = calloc(1, sizeof(*rc));
+	if (rc) {
+		rc->j = j;
+		rc->k0 = j->recheck_next;
+		rc->k1 = k1;
+	}
+	if (!rc || workers_submit(j->d->workers, recheck_run, recheck_done, rc) < 0) {
+		free(rc);
+		job_set_error(j, -ENOMEM, "re-checking the slot of");
+		return;
+	}
+	j->recheck_running = true;
 }
 
 static void job_advance(struct save_job *j);
@@ -236,9 +381,20 @@ static void job_advance(struct save_job *j);
 static void csum_done(void *arg)
 {
 	struct save_job *j = arg;
+	struct daemon *d = j->d;
 
 	j->csum_done = true;
+	recheck_pump(j);
 	job_advance(j);
+	writer_pump(d); /* writes that waited for the checksums */
+}
+
+/* Whether the next write request of j covers only checksummed chunks. */
+static bool csum_covers(struct save_job *j, uint64_t len)
+{
+	if (j->csum_done)
+		return true;
+	return atomic_load_explicit(&j->csum_upto, memory_order_acquire) >= j->next_off + len;
 }
 
 /*
@@ -269,6 +425,36 @@ static int write_index(int stepfd, const char *name, const void *buf, size_t len
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
 		r = -errno;
+	return r;
+}
+
+/*
+ * Worker, before the vote: on a node that does not lead a group, the vote
+ * goes to a leader that never fsyncs this node's view of the directories
+ * (on a shared root each client has its own; on a node-local cache only
+ * this node can), so the entries of this rank's shard and index in the
+ * step directory, and the step directory's own entry in the job
+ * directory, are made durable here. A single daemon or the leader does
+ * both in its commit, before the manifest.
+ */
+static int entries_durable(struct save_job *j)
+{
+	const struct daemon *d = j->d;
+	int r;
+
+	if (coord_is_leader(d))
+		return 0;
+	r = store_fsync_dir(j->stepfd);
+	if (r < 0) {
+		snprintf(j->errmsg, sizeof(j->errmsg), "fsync %s/%s for rank %u, step %llu: %s",
+			 j->st->job->name, j->step_name, j->rank, (unsigned long long)j->step,
+			 strerror(-r));
+		return r;
+	}
+	r = store_fsync_dir(j->job_dirfd);
+	if (r < 0)
+		snprintf(j->errmsg, sizeof(j->errmsg), "fsync %s for rank %u, step %llu: %s",
+			 j->st->job->name, j->rank, (unsigned long long)j->step, strerror(-r));
 	return r;
 }
 
@@ -308,18 +494,22 @@ static void index_run(void *arg)
 	r = write_index(j->stepfd, j->index_name, buf, (size_t)n);
 	if (r < 0)
 		goto fail;
+	r = entries_durable(j);
+	if (r < 0)
+		goto fail_msg;
 	store_sha256(buf, (size_t)n, j->vote.index_sha256);
 	j->vote.index_bytes = (uint64_t)n;
 	metrics_add(M_WRITTEN_BYTES_TOTAL, (double)n, j->st->job->name);
 	j->index_buf = buf;
 	return;
 fail:
-	free(buf);
-	j->err = r;
 	snprintf(j->errmsg, sizeof(j->errmsg),
 		 "writing index %s/%s/%s for rank %u, step %llu: %s",
 		 j->st->job->name, j->step_name, j->index_name, j->rank,
 		 (unsigned long long)j->step, strerror(-r));
+fail_msg:
+	free(buf);
+	j->err = r;
 }
 
 static void job_free(struct save_job *j)
@@ -331,6 +521,10 @@ static void job_free(struct save_job *j)
 	ckpt_table_free(&j->table);
 	ckpt_table_free(&j->vote.table);
 	free(j->chunk_crc);
+	free(j->chunk_off);
+	free(j->chunk_len);
+	free(j->chunk_ext);
+	free(j->req_done);
 	free(j->index_buf);
 	free(j);
 }
@@ -420,7 +614,7 @@ static void job_advance(struct save_job *j)
 {
 	struct daemon *d = j->d;
 
-	if (j->inflight > 0 || !j->csum_done || j->index_started)
+	if (j->inflight > 0 || !j->csum_done || j->index_started || j->recheck_running)
 		return;
 	if (j->err) {
 		j->index_started = true;
@@ -456,7 +650,7 @@ static void job_advance(struct save_job *j)
 		inflight_gauge(d);
 		return;
 	}
-	if (!j->synced)
+	if (!j->synced || j->recheck_next < j->nchunks)
 		return;
 	j->index_started = true;
 	if (workers_submit(d->workers, index_run, index_done, j) < 0) {
@@ -489,7 +683,10 @@ void writer_pump(struct daemon *d)
 	while (d->ring_inflight < d->cfg->queue_depth) {
 		struct save_job *j = d->writing;
 
-		while (j && (j->err || j->next_off >= j->data_bytes))
+		while (j && (j->err || j->next_off >= j->data_bytes ||
+			     !csum_covers(j, j->data_bytes - j->next_off < j->request_bytes
+						     ? j->data_bytes - j->next_off
+						     : j->request_bytes)))
 			j = j->next;
 		if (!j)
 			break;
@@ -507,8 +704,8 @@ void writer_pump(struct daemon *d)
 		uint64_t left = j->data_bytes - j->next_off;
 		req->job = j;
 		req->op = IO_WRITE;
-		req->off = j->next_off;
-		req->len = (uint32_t)(left < d->cfg->request_bytes ? left : d->cfg->request_bytes);
+		req->start = req->off = j->next_off;
+		req->len = (uint32_t)(left < j->request_bytes ? left : j->request_bytes);
 		prep_write(j, sqe, req->off, req->len);
 		io_uring_sqe_set_data(sqe, req);
 		j->next_off += req->len;
@@ -558,6 +755,11 @@ void writer_on_cqe(struct daemon *d, struct io_uring_cqe *cqe)
 			}
 		} else {
 			j->written += (uint64_t)res;
+			/* The whole request is written: its bytes left the slot. */
+			j->req_done[req->start / j->request_bytes] = 1;
+			while (j->reqs_prefix < j->nreqs && j->req_done[j->reqs_prefix])
+				j->reqs_prefix++;
+			recheck_pump(j);
 		}
 	} else if (req->op == IO_FSYNC) {
 		if (res < 0)
@@ -633,6 +835,9 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->chunk_bytes = (uint32_t)d->cfg->chunk_bytes;
 	j->stepfd = -1;
 	j->fd = -1;
+	j->job_dirfd = st->job->dirfd;
+	j->ring_efd = d->ring_efd;
+	atomic_init(&j->csum_upto, 0);
 	j->started_ns = now_ns();
 	ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step);
 	ckpt_shard_filename(j->shard_name, sizeof(j->shard_name), c->rank);
@@ -641,13 +846,36 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->table = *table;
 	memset(table, 0, sizeof(*table));
 
+	j->csum_ordered = extents_ordered(j);
 	j->nchunks = ckpt_chunk_count(&j->table, j->blob_bytes, j->chunk_bytes);
 	j->chunk_crc = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
-	if (!j->chunk_crc || j->nchunks > UINT32_MAX) {
+	j->chunk_off = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint64_t));
+	j->chunk_len = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
+	j->chunk_ext = calloc(j->nchunks ? j->nchunks : 1, sizeof(uint32_t));
+	j->request_bytes = (uint32_t)d->cfg->request_bytes;
+	j->nreqs = (j->data_bytes + j->request_bytes - 1) / j->request_bytes;
+	j->req_done = calloc(j->nreqs ? j->nreqs : 1, 1);
+	if (!j->chunk_crc || !j->chunk_off || !j->chunk_len || !j->chunk_ext || !j->req_done ||
+	    j->nchunks > UINT32_MAX) {
 		r = -ENOMEM;
 		snprintf(err, errlen, "out of memory for %llu chunk checksums",
 			 (unsigned long long)j->nchunks);
 		goto fail;
+	}
+	{
+		uint64_t k = 0;
+		for (uint32_t i = 0; i <= j->table.count; i++) {
+			bool blob = i == j->table.count;
+			uint64_t offset = blob ? j->blob_offset : j->table.tensors[i].data_offset;
+			uint64_t nbytes = blob ? j->blob_bytes : j->table.tensors[i].nbytes;
+			for (uint64_t off = 0; off < nbytes && k < j->nchunks;
+			     off += j->chunk_bytes, k++) {
+				j->chunk_off[k] = offset + off;
+				j->chunk_len[k] = (uint32_t)(nbytes - off < j->chunk_bytes
+								 ? nbytes - off : j->chunk_bytes);
+				j->chunk_ext[k] = i;
+			}
+		}
 	}
 	if (mkdirat(st->job->dirfd, j->step_name, 0750) < 0 && errno != EEXIST) {
 		r = -errno;

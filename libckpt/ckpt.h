@@ -195,6 +195,15 @@ CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len
  * The handle is consumed whatever the result. An accepted save's stall
  * (ckpt_save_begin() .. this call) is reported to ckptd for its metrics
  * when ckptd takes such reports (PROTOCOL.md, STALL).
+ *
+ * From this call on the slot is ckptd's until the save's outcome frees it:
+ * every byte must be in place before the call (synchronise device copies
+ * into memory from ckpt_save_reserve(), e.g. cudaStreamSynchronize()). A
+ * committed step holds exactly the bytes ckptd checksummed: ckptd checks
+ * each chunk again after writing it, and a rank that wrote into its slot
+ * after this call gets FAILED with -CKPT_E_CORRUPT and a reason naming the
+ * step, tensor and byte range (docs/OPERATIONS.md). A write that lands
+ * before ckptd first reads a chunk cannot be detected.
  */
 CKPT_EXPORT int ckpt_save_finish(ckpt_save *save);
 

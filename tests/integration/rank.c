@@ -63,6 +63,7 @@ struct opts {
 	uint64_t die_step;         /* CKPT_STEP_LATEST: never */
 	bool die_after_finish;     /* else die halfway through the copy */
 	uint32_t connect_timeout_ms;
+	uint64_t scribble_step;    /* --scribble-step: write into the slot after finish */
 	uint64_t gate_step;        /* --gate STEP:PATH */
 	const char *gate_file;
 };
@@ -362,6 +363,10 @@ static bool in_list(const uint64_t *v, size_t n, uint64_t x)
 }
 
 /* Fill and hand over one step. 0, or a negative error from libckpt. */
+/* The last tensor reserved in the slot (--scribble-step writes into it). */
+static uint8_t *last_reserved;
+static uint64_t last_reserved_bytes;
+
 static int save_one(ckpt_ctx *ctx, ckpt_save *sv, uint64_t step)
 {
 	uint8_t *blob = NULL;
@@ -405,6 +410,8 @@ static int save_one(ckpt_ctx *ctx, ckpt_save *sv, uint64_t step)
 				return -EINVAL;
 			}
 			gen_fill(key, 0, dst, t->nbytes);
+			last_reserved = dst;
+			last_reserved_bytes = t->nbytes;
 		}
 	}
 	if (o.blob_bytes) {
@@ -626,6 +633,15 @@ again:
 		}
 		/* The stall the trainer sees: begin, copy, finish. */
 		stall = now_ms() - t0;
+		if (step == o.scribble_step && last_reserved && last_reserved_bytes) {
+			/* A late copy into the slot, as an unsynchronised GPU
+			 * copy would make: the save must fail, not commit. */
+			volatile uint8_t *p = last_reserved + last_reserved_bytes / 2;
+			double until = now_ms() + 300;
+			say("step %" PRIu64 " accepted; writing into its slot for 300 ms", step);
+			while (now_ms() < until)
+				(*p)++;
+		}
 		if (step == o.die_step && o.die_after_finish) {
 			say("step %" PRIu64 " accepted; dying now (SIGKILL)", step);
 			raise(SIGKILL);
@@ -894,7 +910,8 @@ static void usage(FILE *f)
 		"  --expect-fail 20,30    these steps must end FAILED\n"
 		"  --die-in-step S --die-when copy|finish   SIGKILL self during step S\n"
 		"  --connect-timeout-ms MS\n"
-		"  --gate STEP:PATH       before saving STEP, wait until PATH exists\n");
+		"  --gate STEP:PATH       before saving STEP, wait until PATH exists\n"
+		"  --scribble-step S      keep writing into step S's slot for 300 ms after finish\n");
 }
 
 enum {
@@ -902,7 +919,7 @@ enum {
 	OPT_EVERY, OPT_COUNT, OPT_TENSORS, OPT_MIN, OPT_MAX, OPT_BLOB, OPT_WAIT, OPT_TIMEOUT,
 	OPT_RESTORE, OPT_EXPECT_STEP, OPT_EXPECT_FALLBACK, OPT_SLEEP, OPT_RECONNECT,
 	OPT_STOP_FILE, OPT_ACCEPT_SKIPPED, OPT_ACCEPT_ABORTED, OPT_EXPECT_FAIL, OPT_DIE_STEP,
-	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE,
+	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE, OPT_SCRIBBLE,
 };
 
 static const struct option long_opts[] = {
@@ -935,6 +952,7 @@ static const struct option long_opts[] = {
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "gate", required_argument, NULL, OPT_GATE },
+	{ "scribble-step", required_argument, NULL, OPT_SCRIBBLE },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -956,6 +974,7 @@ int main(int argc, char **argv)
 	o.timeout_ms = 60000;
 	o.expect_step = CKPT_STEP_LATEST;
 	o.die_step = CKPT_STEP_LATEST;
+	o.scribble_step = CKPT_STEP_LATEST;
 	o.die_after_finish = true;
 	o.connect_timeout_ms = 20000;
 
@@ -986,6 +1005,10 @@ int main(int argc, char **argv)
 			else if (!strcmp(a, "finish"))
 				o.die_after_finish = true;
 			else
+				goto bad;
+			break;
+		case OPT_SCRIBBLE:
+			if (parse_u64(a, &o.scribble_step) < 0)
 				goto bad;
 			break;
 		case OPT_HELP: usage(stdout); return 0;

@@ -255,6 +255,29 @@ static void set_why(char *why, size_t whylen, const char *text)
 		snprintf(why, whylen, "%s", text);
 }
 
+/*
+ * The connection broke during the handshake. ckptd may have refused us
+ * with an ERROR and closed before it read our HELLO: then the kernel
+ * reports the reset first and still holds the ERROR. The refusal is what
+ * the caller needs to hear; `err` if there is none.
+ */
+static int pending_refusal(int fd, int err, char *why, size_t whylen)
+{
+	struct ckpt_msg m;
+
+	for (int i = 0; i < 2; i++) {
+		int r = sock_recv(fd, &m, NULL);
+
+		if (r == 1 && m.type == CKPT_MSG_ERROR) {
+			set_why(why, whylen, m.u.error.message);
+			return daemon_error(m.u.error.code);
+		}
+		if (r != -CKPT_E_DISCONNECTED)
+			break;
+	}
+	return err;
+}
+
 /* One HELLO / HELLO_OK exchange on a connected socket. A refusal's reason
  * (ckptd's ERROR text) goes to why. */
 static int handshake(int fd, const struct ckpt_msg_hello *hello, int64_t deadline,
@@ -266,17 +289,14 @@ static int handshake(int fd, const struct ckpt_msg_hello *hello, int64_t deadlin
 
 	m.u.hello = *hello;
 	r = sock_send(fd, &m);
-	if (r == -CKPT_E_DISCONNECTED && sock_recv(fd, &m, NULL) == 1 &&
-	    m.type == CKPT_MSG_ERROR) {
-		/* Refused and closed before our HELLO went out: the reason
-		 * may still be there to read. */
-		set_why(why, whylen, m.u.error.message);
-		return daemon_error(m.u.error.code);
-	}
+	if (r == -CKPT_E_DISCONNECTED)
+		return pending_refusal(fd, r, why, whylen);
 	if (r < 0)
 		return r;
 	for (;;) {
 		r = sock_recv(fd, &m, &memfd);
+		if (r == -CKPT_E_DISCONNECTED)
+			return pending_refusal(fd, r, why, whylen);
 		if (r < 0)
 			return r;
 		if (r == 1)

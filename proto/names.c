@@ -85,26 +85,29 @@ int ckpt_tensor_name_check(const char *name, size_t len)
 	return ckpt_tensor_name_problem(name, len) ? -CKPT_E_BAD_NAME : 0;
 }
 
+static bool quote_plain(unsigned char c)
+{
+	return c >= 0x20 && c < 0x7f && c != '\\' && c != '"';
+}
+
 void ckpt_name_quote(char *out, size_t cap, const char *name, size_t len)
 {
 	static const char digits[] = "0123456789abcdef";
-	size_t o = 0;
+	size_t need = 0, o = 0, room;
 
 	if (cap == 0)
 		return;
+	for (size_t i = 0; name && i < len; i++)
+		need += quote_plain((unsigned char)name[i]) ? 1 : 4;
+	/* Cut short, and say so, rather than mid-escape. */
+	room = need < cap ? need : cap > 4 ? cap - 4 : 0;
 	for (size_t i = 0; name && i < len; i++) {
 		unsigned char c = (unsigned char)name[i];
-		bool plain = c >= 0x20 && c < 0x7f && c != '\\' && c != '"';
+		size_t w = quote_plain(c) ? 1 : 4;
 
-		if (o + (plain ? 1 : 4) + 1 > cap) {
-			/* Cut short, and say so, rather than mid-escape. */
-			if (o + 4 <= cap) {
-				memcpy(out + o, "...", 3);
-				o += 3;
-			}
+		if (o + w > room)
 			break;
-		}
-		if (plain) {
+		if (w == 1) {
 			out[o++] = (char)c;
 		} else {
 			out[o++] = '\\';
@@ -112,6 +115,10 @@ void ckpt_name_quote(char *out, size_t cap, const char *name, size_t len)
 			out[o++] = digits[c >> 4];
 			out[o++] = digits[c & 15];
 		}
+	}
+	if (need >= cap && cap > 4) {
+		memcpy(out + o, "...", 3);
+		o += 3;
 	}
 	out[o] = '\0';
 }

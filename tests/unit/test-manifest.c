@@ -71,6 +71,8 @@ static void e_world(json_t *r) { json_object_set_new(r, "world_size", json_integ
 static void e_neg_step(json_t *r) { json_object_set_new(r, "step", json_integer(-1)); }
 static void e_str_step(json_t *r) { json_object_set_new(r, "step", json_string("5")); }
 static void e_real_step(json_t *r) { json_object_set_new(r, "step", json_real(5.0)); }
+/* Past ten digits: no step directory can be named for it. */
+static void e_big_step(json_t *r) { json_object_set_new(r, "step", json_integer(10000000000LL)); }
 static void e_job(json_t *r) { json_object_set_new(r, "job", json_string("../x")); }
 static void e_no_job(json_t *r) { json_object_del(r, "job"); }
 static void e_chunk(json_t *r) { json_object_set_new(r, "chunk_bytes", json_integer(100)); }
@@ -187,6 +189,7 @@ int main(void)
 	CHECK_EQ(decode_edited(text, e_neg_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_str_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_real_step, "step"), -EBADMSG);
+	CHECK_EQ(decode_edited(text, e_big_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_job, "job"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_no_job, "job"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_chunk, "chunk_bytes"), -EBADMSG);
@@ -216,6 +219,8 @@ int main(void)
 	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), -EINVAL);
 	m.ranks[1].table.tensors[1].data_offset = 303104;
 	m.step = (uint64_t)INT64_MAX + 1;
+	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), -EINVAL);
+	m.step = 10000000000ull;
 	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), -EINVAL);
 	m.step = 1200;
 	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), 0);

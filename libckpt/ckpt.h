@@ -100,8 +100,8 @@ CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
  */
 typedef struct ckpt_tensor_desc {
 	/* 1..255 bytes of valid UTF-8; no '/', no control characters
-	 * (U+0000..U+001F, DEL, U+0080..U+009F); not "." or ".."
-	 * (FORMAT.md, "Tensor names"). */
+	 * U+0000..U+001F or DEL; not "." or ".." (FORMAT.md, "Tensor
+	 * names"). */
 	const char *name;
 	uint32_t dtype;    /* enum ckpt_dtype */
 	uint32_t ndim;     /* 0..CKPT_MAX_DIMS; 0 is a scalar */

@@ -69,12 +69,11 @@ const char *ckpt_tensor_name_problem(const char *name, size_t len)
 			return "holds '/'";
 		if (s[i] < 0x20 || s[i] == 0x7f)
 			return "holds a control character (NUL, U+0001..U+001F or DEL)";
+		/* Exactly what a manifest could always hold (JSON is UTF-8):
+		 * no committed step has a name this refuses. */
 		n = utf8_seq_len(s + i, len - i);
 		if (n == 0)
 			return "is not valid UTF-8";
-		/* C1 controls (U+0080..U+009F) are as unprintable as C0 ones. */
-		if (n == 2 && s[i] == 0xc2 && s[i + 1] < 0xa0)
-			return "holds a control character (U+0080..U+009F)";
 		i += n;
 	}
 	return NULL;

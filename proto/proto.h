@@ -39,8 +39,8 @@
  * with '.'), else -CKPT_E_BAD_NAME. len is the byte length (no NUL needed). */
 int ckpt_job_name_check(const char *job, size_t len);
 /* 0 if `name` is a valid tensor name (FORMAT.md, "Tensor names": 1..255
- * bytes of valid UTF-8, no '/', no control characters (U+0000..U+001F,
- * DEL, U+0080..U+009F); not "." or ".."), else -CKPT_E_BAD_NAME. */
+ * bytes of valid UTF-8, no '/', no C0 control characters (U+0000..U+001F)
+ * or DEL; not "." or ".."), else -CKPT_E_BAD_NAME. */
 int ckpt_tensor_name_check(const char *name, size_t len);
 /* Why `name` is not a valid tensor name ("is not valid UTF-8", ...), or
  * NULL if it is one. A static string. */

@@ -116,7 +116,7 @@ static void m_name_ctrl(void) { strcpy(names[2], "a\tb"); }
 /* Not UTF-8: the manifest (JSON) could not hold it. */
 static void m_name_latin1(void) { strcpy(names[2], "caf\xe9"); }
 static void m_name_cut(void) { strcpy(names[2], "w\xe2\x88"); }
-static void m_name_c1(void) { strcpy(names[2], "c1\xc2\x85"); }
+static void m_name_c1(void) { strcpy(names[2], "\xed\xa0\x80"); } /* a surrogate */
 static void m_overflow(void)
 {
 	/* 2^32 * 2^32 elements: the product overflows 64 bits. */

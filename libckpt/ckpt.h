@@ -252,7 +252,7 @@ typedef struct ckpt_status {
 
 /*
  * Read what ckptd has reported so far, without blocking, and fill *st with
- * what is known of `step`. Returns 0.
+ * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX).
  */
 CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st);
 

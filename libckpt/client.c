@@ -891,6 +891,8 @@ CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
 {
 	if (!ctx || !st)
 		return -EINVAL;
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx); /* a drop shows up in the records */
 	fill_status(ctx, step, st);
@@ -921,6 +923,9 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 
 	if (!ctx || !st)
 		return -EINVAL;
+	/* No such step can be saved, nor asked about (ckptd would drop us). */
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
 	deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx);

@@ -177,6 +177,12 @@ static int test_steps_and_names(void)
 	CHECK(s == NULL);
 	CHECK_EQ(ckpt_restore_open(ctx, CKPT_STEP_MAX + 1, 0, &rs), -ERANGE);
 	CHECK(rs == NULL);
+	{
+		ckpt_status st;
+
+		CHECK_EQ(ckpt_wait(ctx, CKPT_STEP_MAX + 1, 100, &st), -ERANGE);
+		CHECK_EQ(ckpt_poll(ctx, CKPT_STEP_MAX + 1, &st), -ERANGE);
+	}
 	CHECK_EQ(ckpt_save_begin(ctx, CKPT_STEP_MAX, &s), 0);
 
 	/* Names: refused at the call, with the tensor named; the handle

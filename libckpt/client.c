@@ -341,6 +341,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int64_t deadline = now_ms() + timeout_ms;
 	size_t plen = strlen(path);
+	char attempt_why[CKPT_REASON_MAX + 1], last_why[CKPT_REASON_MAX + 1] = "";
 	int r, last_err = 0;
 
 	if (plen == 0)
@@ -354,6 +355,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 
 		if (fd < 0)
 			return -errno;
+		attempt_why[0] = '\0';
 		if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
 			r = -errno;
 		} else {
@@ -362,18 +364,24 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 			 * its own limit; the connect timeout bounds the wait
 			 * for the socket. */
 			int64_t hs = now_ms() + handshake_ms;
-			r = handshake(fd, hello, hs > deadline ? hs : deadline, out, why, whylen);
+			r = handshake(fd, hello, hs > deadline ? hs : deadline, out, attempt_why,
+				      sizeof(attempt_why));
 		}
 		if (r == 0)
 			return 0;
 		close(fd);
 		/* Out of time while retrying: the reason we retried says more
 		 * than the timeout does. */
-		if (r == -ETIMEDOUT && last_err)
+		if (r == -ETIMEDOUT && last_err) {
+			set_why(why, whylen, last_why);
 			return last_err;
-		if (!connect_retryable(r) || remaining_ms(deadline) == 0)
+		}
+		if (!connect_retryable(r) || remaining_ms(deadline) == 0) {
+			set_why(why, whylen, attempt_why);
 			return r;
+		}
 		last_err = r;
+		memcpy(last_why, attempt_why, sizeof(last_why));
 		sleep_ms(remaining_ms(deadline) < 50 ? remaining_ms(deadline) : 50);
 	}
 }

@@ -37,6 +37,10 @@
 
 static const char *sock_path;
 static const char *root_path; /* --root: the daemon's checkpoint root, for cases that look */
+/* --job, --rank, --world, --step: who the "skip" case is and what it skips. */
+static const char *opt_job;
+static uint32_t opt_rank, opt_world = 1;
+static uint64_t opt_step = 10;
 static unsigned job_counter;
 
 /* ---- little-endian builders ------------------------------------------ */
@@ -226,8 +230,9 @@ static void session_close(struct session *s)
 	s->fd = -1;
 }
 
-/* Connect and HELLO as rank 0 of the 1-rank job `job`. 0 or -errno. */
-static int session_open_job(struct session *s, const char *cs, uint64_t max_save, const char *job)
+/* Connect and HELLO as `rank` of the `world`-rank job `job`. 0 or -errno. */
+static int session_open_as(struct session *s, const char *cs, uint64_t max_save, const char *job,
+			   uint32_t rank, uint32_t world)
 {
 	struct buf w;
 	struct ckpt_msg m;
@@ -240,7 +245,7 @@ static int session_open_job(struct session *s, const char *cs, uint64_t max_save
 		return s->fd;
 	}
 	snprintf(s->job, sizeof(s->job), "%s", job);
-	build_hello(&w, s->job, strlen(s->job), 0, 1, max_save);
+	build_hello(&w, s->job, strlen(s->job), rank, world, max_save);
 	r = send_raw(s->fd, w.b, w.n, -1);
 	if (r < 0)
 		goto fail;
@@ -270,6 +275,12 @@ fail:
 		close(mfd);
 	session_close(s);
 	return r < 0 ? r : -EPROTO;
+}
+
+/* Connect and HELLO as rank 0 of the 1-rank job `job`. 0 or -errno. */
+static int session_open_job(struct session *s, const char *cs, uint64_t max_save, const char *job)
+{
+	return session_open_as(s, cs, max_save, job, 0, 1);
 }
 
 /* Connect and HELLO as rank 0 of a fresh 1-rank job. 0 or -errno. */
@@ -1282,6 +1293,36 @@ fail:
 	session_close(&s);
 }
 
+/*
+ * --job J --rank R --world W --step N: connect as that rank, SKIP step N,
+ * require the SKIPPED answer, and leave. For scripts that set the scene
+ * (not a hostile case: without --job it does nothing).
+ */
+static void case_skip(const char *cs)
+{
+	struct session s;
+	struct buf w;
+	char reason[CKPT_REASON_MAX + 1];
+
+	if (!opt_job) {
+		note(cs, "ok: nothing to do without --job");
+		return;
+	}
+	if (session_open_as(&s, cs, 1 << 20, opt_job, opt_rank, opt_world) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_SKIP, 14);
+	put64(&w, opt_step);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	if (wait_status(cs, s.fd, opt_step, CKPT_STATE_SKIPPED, reason, sizeof(reason)) < 0)
+		fail_count++;
+	else
+		note(cs, "ok: SKIPPED: %s", reason);
+	session_close(&s);
+}
+
 struct test_case {
 	const char *name;
 	void (*fn)(const char *);
@@ -1356,6 +1397,7 @@ static const struct test_case cases[] = {
 	{ "tensor-name-surrogate", case_name_surrogate },
 	{ "tensor-name-truncated-utf8", case_name_cut },
 	{ "skip-committed-step", case_skip_committed_step },
+	{ "skip", case_skip },
 };
 
 int main(int argc, char **argv)
@@ -1363,6 +1405,10 @@ int main(int argc, char **argv)
 	static const struct option lo[] = {
 		{ "socket", required_argument, NULL, 's' },
 		{ "root", required_argument, NULL, 'r' },
+		{ "job", required_argument, NULL, 'j' },
+		{ "rank", required_argument, NULL, 'R' },
+		{ "world", required_argument, NULL, 'W' },
+		{ "step", required_argument, NULL, 'S' },
 		{ "case", required_argument, NULL, 'c' },
 		{ "list", no_argument, NULL, 'l' },
 		{ NULL, 0, NULL, 0 },
@@ -1375,6 +1421,10 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'r': root_path = optarg; break;
+		case 'j': opt_job = optarg; break;
+		case 'R': opt_rank = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'W': opt_world = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'S': opt_step = strtoull(optarg, NULL, 10); break;
 		case 'c':
 			if (nonly < 64)
 				only[nonly++] = optarg;
@@ -1384,7 +1434,8 @@ int main(int argc, char **argv)
 				puts(cases[i].name);
 			return 0;
 		default:
-			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--root DIR] [--case NAME]... [--list]\n");
+			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--root DIR] [--case NAME]... [--list]\n"
+				"  [--job J --rank R --world W --step N] (for the case \"skip\")\n");
 			return 2;
 		}
 	}

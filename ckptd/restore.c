@@ -645,9 +645,13 @@ static void adopt_rank(struct restore *rs, uint64_t step)
 		*pp = a->next;
 		free(a->ranks);
 		free(a);
-		int stepfd = ckpt_step_dirname(dn, sizeof(dn), step) < 0 ? -1 :
-			     openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		int r = stepfd < 0 ? (dn[0] ? -errno : -ERANGE)
+		int stepfd = -ERANGE;
+		if (ckpt_step_dirname(dn, sizeof(dn), step) >= 0) {
+			stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (stepfd < 0)
+				stepfd = -errno;
+		}
+		int r = stepfd < 0 ? stepfd
 				   : store_write_file_durable(stepfd, CKPT_MANIFEST_NAME, rs->s3m_json,
 							      rs->s3m_len);
 		if (stepfd >= 0)

@@ -231,7 +231,7 @@ int main(void)
 	 * name it refuses is refused by the encoder too. */
 	{
 		static const char *const names[] = {
-			"gr\xc3\xb6\xc3\x9f" "e", "emoji\xf0\x9f\x98\x80", "\xef\xbf\xbf",
+			"gr\303\266\303\237e", "emoji\xf0\x9f\x98\x80", "\xef\xbf\xbf",
 			"\xf4\x8f\xbf\xbf", "c1\xc2\x85", "sp ace", "w\xff", "sur\xed\xa0\x80",
 		};
 		char *saved = m.ranks[1].table.tensors[2].name;

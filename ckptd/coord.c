@@ -117,6 +117,7 @@ struct removal {
 	struct step *st;       /* failed step record, or NULL (retention) */
 	uint64_t step;
 	bool committed;
+	bool kept;             /* a failed step's directory held a manifest: left alone */
 	int result;
 };
 
@@ -206,9 +207,25 @@ static void removal_run(void *arg)
 {
 	struct removal *rm = arg;
 	char name[32];
+	struct stat sb;
 	int fd;
 
-	ckpt_step_dirname(name, sizeof(name), rm->step);
+	rm->result = ckpt_step_dirname(name, sizeof(name), rm->step);
+	if (rm->result < 0)
+		return;
+	/* Only retention removes a committed step. A failed attempt that
+	 * shares its number with a committed one (or whose own commit got as
+	 * far as the manifest) never takes the committed directory with it. */
+	fd = openat(rm->job->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (!rm->committed && fd >= 0 &&
+	    fstatat(fd, CKPT_MANIFEST_NAME, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+		close(fd);
+		rm->kept = true;
+		rm->result = 0;
+		return;
+	}
+	if (fd >= 0)
+		close(fd);
 	if (rm->committed) {
 		/* Uncommit first, durably, so no reader ever sees a committed
 		 * step with files missing. */
@@ -232,7 +249,15 @@ static void removal_done(void *arg)
 	struct removal *rm = arg;
 	struct daemon *d = rm->job->d;
 
-	if (rm->result < 0)
+	if (rm->kept) {
+		/* A manifest makes it committed, whatever this daemon believed:
+		 * so it is recorded, and no later attempt writes into it. */
+		log_error("retention", "not removing failed step job=%s step=%llu: its directory "
+			  "holds %s (a committed step); kept as committed", rm->job->name,
+			  (unsigned long long)rm->step, CKPT_MANIFEST_NAME);
+		if (!job_is_committed(rm->job, rm->step) && committed_insert(rm->job, rm->step) < 0)
+			log_error("coord", "out of memory recording a commit job=%s", rm->job->name);
+	} else if (rm->result < 0)
 		log_warn("retention", "removing step failed job=%s step=%llu error=\"%s\"",
 			 rm->job->name, (unsigned long long)rm->step, strerror(-rm->result));
 	else
@@ -251,8 +276,16 @@ static void removal_done(void *arg)
 
 static void removal_start(struct job *job, struct step *st, uint64_t step, bool committed)
 {
-	struct removal *rm = calloc(1, sizeof(*rm));
+	struct removal *rm;
 
+	/* The same guard on the loop's own record: a failed step of a
+	 * committed number is a bug elsewhere, never a reason to delete. */
+	if (!committed && job_is_committed(job, step)) {
+		log_error("retention", "not removing failed step job=%s step=%llu: that step "
+			  "is committed", job->name, (unsigned long long)step);
+		return;
+	}
+	rm = calloc(1, sizeof(*rm));
 	if (!rm)
 		return;
 	rm->job = job;
@@ -1085,7 +1118,12 @@ static void commit_run(void *arg)
 	size_t len = 0;
 	int stepfd = -1, r;
 
-	ckpt_step_dirname(name, sizeof(name), st->step);
+	r = ckpt_step_dirname(name, sizeof(name), st->step);
+	if (r < 0) {
+		snprintf(cm->err, sizeof(cm->err), "job %s: step %llu is not a step number",
+			 job->name, (unsigned long long)st->step);
+		goto out;
+	}
 	stepfd = openat(job->dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (stepfd < 0) {
 		r = -errno;

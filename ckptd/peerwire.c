@@ -334,6 +334,10 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 				    m->world_size);
 		if (m->step == CKPT_NO_STEP)
 			return fail(err, errlen, -EBADMSG, "%s without a step", peer_type_name(m->h.type));
+		if (m->step > CKPT_STEP_MAX)
+			return fail(err, errlen, -EBADMSG, "%s of step %llu: step numbers are 0..%llu",
+				    peer_type_name(m->h.type), (unsigned long long)m->step,
+				    CKPT_STEP_MAX);
 	} else if (m->job[0]) {
 		return fail(err, errlen, -EBADMSG, "%s with a job", peer_type_name(m->h.type));
 	}

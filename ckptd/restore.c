@@ -375,7 +375,12 @@ static int try_step(struct restore *rs, uint64_t step, char *err, size_t errlen)
 
 	memset(&m, 0, sizeof(m));
 	memset(&idx, 0, sizeof(idx));
-	ckpt_step_dirname(dn, sizeof(dn), step);
+	r = ckpt_step_dirname(dn, sizeof(dn), step);
+	if (r < 0) {
+		snprintf(err, errlen, "job %s: step %llu is not a step number", rs->job->name,
+			 (unsigned long long)step);
+		goto out;
+	}
 	ckpt_shard_filename(shard, sizeof(shard), rs->rank);
 	snprintf(where, sizeof(where), "%s/%s/%s", rs->job->name, dn, shard);
 	if (rs->s3m) {
@@ -519,7 +524,12 @@ static int fetch_from_s3(struct restore *rs, uint64_t step, char *err, size_t er
 	char dn[32], key[1200], name[32];
 	int r;
 
-	ckpt_step_dirname(dn, sizeof(dn), step);
+	r = ckpt_step_dirname(dn, sizeof(dn), step);
+	if (r < 0) {
+		snprintf(err, errlen, "job %s: step %llu is not a step number", rs->job->name,
+			 (unsigned long long)step);
+		return r;
+	}
 	snprintf(key, sizeof(key), "%s/%s/%s", rs->s3.job_key, dn, CKPT_MANIFEST_NAME);
 	s3m_drop(rs);
 	r = s3_sync_get_small(rs->s3.cfg, rs->s3.bucket, key, (uint64_t)1 << 30, &rs->s3m_json,
@@ -635,9 +645,13 @@ static void adopt_rank(struct restore *rs, uint64_t step)
 		*pp = a->next;
 		free(a->ranks);
 		free(a);
-		ckpt_step_dirname(dn, sizeof(dn), step);
-		int stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-		int r = stepfd < 0 ? -errno
+		int stepfd = -ERANGE;
+		if (ckpt_step_dirname(dn, sizeof(dn), step) >= 0) {
+			stepfd = openat(rs->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+			if (stepfd < 0)
+				stepfd = -errno;
+		}
+		int r = stepfd < 0 ? stepfd
 				   : store_write_file_durable(stepfd, CKPT_MANIFEST_NAME, rs->s3m_json,
 							      rs->s3m_len);
 		if (stepfd >= 0)

@@ -263,6 +263,26 @@ static bool peer_allowed(struct daemon *d, int fd, struct ucred *cred)
 	return false;
 }
 
+/* Refuse a connection that was never a client: an ERROR (seq 0, best
+ * effort: the client's first read gets the reason), then close. */
+static void refuse_connection(int fd, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void refuse_connection(int fd, int code, const char *fmt, ...)
+{
+	struct ckpt_msg m = { .type = CKPT_MSG_ERROR };
+	uint8_t buf[CKPT_MSG_MAX_BYTES];
+	va_list ap;
+
+	m.u.error.code = code;
+	va_start(ap, fmt);
+	vsnprintf(m.u.error.message, sizeof(m.u.error.message), fmt, ap);
+	va_end(ap);
+	ssize_t n = ckpt_msg_encode(&m, buf, sizeof(buf));
+	if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+	}
+	close(fd);
+}
+
 static void on_accept(struct daemon *d)
 {
 	for (;;) {
@@ -274,24 +294,21 @@ static void on_accept(struct daemon *d)
 		}
 		struct ucred cred = { 0 };
 		if (!peer_allowed(d, fd, &cred)) {
-			struct ckpt_msg m = { .type = CKPT_MSG_ERROR };
-			uint8_t buf[CKPT_MSG_MAX_BYTES];
-			m.u.error.code = -CKPT_E_REFUSED;
-			snprintf(m.u.error.message, sizeof(m.u.error.message),
-				 "uid %u is not allowed to use this ckptd (same user, root or "
-				 "allowed_group only)", (unsigned)cred.uid);
-			ssize_t n = ckpt_msg_encode(&m, buf, sizeof(buf));
-			if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-			}
+			refuse_connection(fd, -CKPT_E_REFUSED, "uid %u is not allowed to use this "
+					  "ckptd (same user, root or allowed_group only)",
+					  (unsigned)cred.uid);
 			log_warn("server", "refused peer uid=%u gid=%u pid=%d", (unsigned)cred.uid,
 				 (unsigned)cred.gid, (int)cred.pid);
-			close(fd);
 			continue;
 		}
 		if (d->n_clients >= d->cfg->max_clients || d->stopping) {
 			log_warn("server", "refused peer pid=%d: %s", (int)cred.pid,
 				 d->stopping ? "shutting down" : "max_clients reached");
-			close(fd);
+			if (d->stopping)
+				refuse_connection(fd, -CKPT_E_DISCONNECTED, "ckptd is shutting down");
+			else
+				refuse_connection(fd, -CKPT_E_REFUSED, "ckptd serves at most %u "
+						  "connections (max_clients)", d->cfg->max_clients);
 			continue;
 		}
 		struct client *c = calloc(1, sizeof(*c));
@@ -452,6 +469,36 @@ static void hello_job_ready(void *arg, struct job *job, int error, const char *r
 	free(hw);
 }
 
+/*
+ * A rank of the job came with another world size: the job's ranks disagree,
+ * and its open steps would wait for a rank that may never come with theirs.
+ * They fail now, saying why, so that every wait ends.
+ */
+static void fail_open_steps_world(struct job *job, uint32_t rank, uint32_t world)
+{
+	size_t n = 0, i = 0;
+
+	for (struct step *st = job->steps; st; st = st->next)
+		n += st->state == STEP_OPEN;
+	if (n == 0)
+		return;
+	/* Failing a step may prune older failed ones from the list. */
+	struct step **open = calloc(n, sizeof(*open));
+	if (!open) {
+		log_error("server", "out of memory failing the open steps of job=%s", job->name);
+		return;
+	}
+	for (struct step *st = job->steps; st && i < n; st = st->next)
+		if (st->state == STEP_OPEN)
+			open[i++] = st;
+	for (i = 0; i < n; i++)
+		coord_fail(open[i], -CKPT_E_ABORTED, "job %s: rank %u connected with world size "
+			   "%u, step %llu has %u ranks: the job's ranks disagree on the world size",
+			   job->name, rank, world, (unsigned long long)open[i]->step,
+			   open[i]->world_size);
+	free(open);
+}
+
 static void on_hello(struct client *c, const struct ckpt_msg *m)
 {
 	struct daemon *d = c->d;
@@ -496,9 +543,13 @@ static void hello_continue(struct client *c, struct job *job, const struct ckpt_
 	char err[CKPT_REASON_MAX + 1];
 
 	if (job->clients > 0 && job->world_size != h->world_size) {
+		log_warn("server", "rank refused job=%s rank=%u pid=%d world=%u: the connected "
+			 "ranks say world=%u", job->name, h->rank, (int)c->pid, h->world_size,
+			 job->world_size);
 		send_error(c, seq, -CKPT_E_REFUSED,
 			   "job %s: rank %u says world size %u, connected ranks say %u",
 			   job->name, h->rank, h->world_size, job->world_size);
+		fail_open_steps_world(job, h->rank, h->world_size);
 		client_kill(c, "world size mismatch");
 		job_release(job);
 		return;
@@ -676,13 +727,13 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 		return;
 	}
 	memcpy(copy, c->arena + (uint64_t)s->slot * sb + s->table_offset, s->table_bytes);
-	r = ckpt_table_decode(copy, s->table_bytes, &table);
+	r = ckpt_table_decode_why(copy, s->table_bytes, &table, err, sizeof(err));
 	free(copy);
 	if (r < 0) {
 		client_protocol_error(c, m->seq, r == -CKPT_E_BAD_NAME ? -CKPT_E_BAD_NAME : -CKPT_E_PROTOCOL,
 				      "SAVE step %llu: tensor table refused: %s",
 				      (unsigned long long)s->step,
-				      r == -CKPT_E_BAD_NAME ? "bad tensor name" :
+				      r == -CKPT_E_BAD_NAME ? err :
 				      r == -E2BIG ? "too large" : "malformed");
 		return;
 	}
@@ -737,21 +788,64 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 		  (unsigned long long)s->data_bytes);
 }
 
+/*
+ * Why a SKIP of `step` by c concerns no open step c takes part in, or NULL
+ * if it does (or no rank has saved the step yet, so it is c's to open).
+ */
+static const char *skip_ignored(struct client *c, const struct step *st, uint64_t step,
+				char *buf, size_t len)
+{
+	if (job_is_committed(c->job, step))
+		return "the step is already committed and is kept";
+	if (!st)
+		return NULL;
+	if (st->state == STEP_COMMITTING || st->state == STEP_COMMITTED)
+		return "the step is being committed";
+	if (st->state != STEP_OPEN)
+		return "the step has already failed";
+	if (st->world_size != c->world_size) {
+		snprintf(buf, len, "the open step has world size %u, the rank %u",
+			 st->world_size, c->world_size);
+		return buf;
+	}
+	if (st->votes[c->rank].durable || st->saving[c->rank])
+		return "the rank's save of the step was accepted before";
+	return NULL;
+}
+
+/*
+ * A SKIP only ever concerns an open step the sender takes part in
+ * (PROTOCOL.md, SKIP): it abandons that step (opening it abandoned if no
+ * rank has saved it yet, so that the others learn at once). Any other SKIP,
+ * say for a step that is committed (a rank rolled back and counts again),
+ * is answered SKIPPED with why nothing was done, and changes nothing.
+ */
 static void on_skip(struct client *c, const struct ckpt_msg *m)
 {
 	uint64_t step = m->u.step.step;
+	char buf[CKPT_REASON_MAX + 1], reason[CKPT_REASON_MAX + 1];
 
 	if (!step_order_ok(c, m, step))
 		return;
 	c->last_step = step;
 	log_warn("server", "save skipped (no free slot) job=%s step=%llu rank=%u",
 		 c->job->name, (unsigned long long)step, c->rank);
+	events_save_skipped(c->job->name, step, c->rank);
 	struct step *st = step_find(c->job, step);
+	const char *ignored = skip_ignored(c, st, step, buf, sizeof(buf));
+	if (ignored) {
+		log_info("server", "SKIP changes nothing job=%s step=%llu rank=%u why=\"%s\"",
+			 c->job->name, (unsigned long long)step, c->rank, ignored);
+		snprintf(reason, sizeof(reason), "skipped: no free slot (backpressure policy skip); "
+			 "job %s step %llu: %s", c->job->name, (unsigned long long)step, ignored);
+		client_send_status(c, step, CKPT_STATE_SKIPPED, -CKPT_E_SKIPPED, CKPT_NO_SLOT,
+				   reason);
+		return;
+	}
 	if (!st)
 		st = step_get(c->job, step, c->world_size);
-	if (st && st->state == STEP_OPEN) {
+	if (st) {
 		st->skipped = true;
-		events_save_skipped(c->job->name, step, c->rank);
 		coord_fail(st, -CKPT_E_ABORTED, "rank %u skipped step %llu (no free slot)",
 			   c->rank, (unsigned long long)step);
 	}
@@ -1020,6 +1114,14 @@ static void on_client_readable(struct client *c)
 		}
 		struct ckpt_msg m;
 		int r = ckpt_msg_decode(buf, (size_t)n, &m);
+		if (r == -ERANGE) {
+			client_protocol_error(c, m.seq, -ERANGE, "%s of step %llu: step numbers are "
+					      "0..%llu (FORMAT.md, \"Step numbers\")",
+					      ckpt_msg_type_name(m.type),
+					      (unsigned long long)m.u.step.step,
+					      (unsigned long long)CKPT_STEP_MAX);
+			return;
+		}
 		if (r < 0) {
 			client_protocol_error(c, 0, r == -EPROTONOSUPPORT ? -CKPT_E_VERSION
 					      : r == -CKPT_E_BAD_NAME ? -CKPT_E_BAD_NAME : -CKPT_E_PROTOCOL,

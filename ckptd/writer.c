@@ -839,7 +839,12 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->ring_efd = d->ring_efd;
 	atomic_init(&j->csum_upto, 0);
 	j->started_ns = now_ns();
-	ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step);
+	if (ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step) < 0) {
+		free(j);
+		snprintf(err, errlen, "job %s: step %llu is not a step number", st->job->name,
+			 (unsigned long long)st->step);
+		return -ERANGE;
+	}
 	ckpt_shard_filename(j->shard_name, sizeof(j->shard_name), c->rank);
 	ckpt_index_filename(j->index_name, sizeof(j->index_name), c->rank);
 	/* The job owns the table from here, whatever happens. */

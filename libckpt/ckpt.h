@@ -45,7 +45,7 @@ enum ckpt_error {
 	CKPT_E_NOT_FOUND = 1007,    /* no such tensor in the restored step */
 	CKPT_E_STEP_ORDER = 1008,   /* step not greater than the previous save */
 	CKPT_E_EXISTS = 1009,       /* step already committed */
-	CKPT_E_REFUSED = 1010,      /* ckptd refused the client (credentials, limits) */
+	CKPT_E_REFUSED = 1010,      /* ckptd refused the client (credentials, limits, world size) */
 	CKPT_E_ABORTED = 1011,      /* step abandoned: another rank failed or left */
 	CKPT_E_BUSY = 1012,         /* a slot or rank is in use */
 	CKPT_E_VERSION = 1013,      /* protocol or format version not understood */
@@ -84,6 +84,13 @@ CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
 #define CKPT_MAX_DIMS 8
 #define CKPT_TENSOR_NAME_MAX 255 /* bytes, without the NUL */
 #define CKPT_JOB_NAME_MAX 128
+/*
+ * Step numbers are 0..CKPT_STEP_MAX: a step's directory is "step-" and ten
+ * decimal digits, so that listing order is step order (FORMAT.md, "Step
+ * numbers"). Calls given a step above it (other than CKPT_STEP_LATEST
+ * where that is allowed) return -ERANGE.
+ */
+#define CKPT_STEP_MAX 9999999999ull
 
 /*
  * A tensor, or this rank's slice of one. The slice is the box
@@ -92,7 +99,10 @@ CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
  * shape == global_shape.
  */
 typedef struct ckpt_tensor_desc {
-	const char *name;  /* 1..255 bytes; no '/', NUL or control chars */
+	/* 1..255 bytes of valid UTF-8; no '/', no control characters
+	 * U+0000..U+001F or DEL; not "." or ".." (FORMAT.md, "Tensor
+	 * names"). */
+	const char *name;
 	uint32_t dtype;    /* enum ckpt_dtype */
 	uint32_t ndim;     /* 0..CKPT_MAX_DIMS; 0 is a scalar */
 	uint64_t global_shape[CKPT_MAX_DIMS];
@@ -128,12 +138,20 @@ typedef struct ckpt_options {
 	 * 0: 120000. Callers built against an older ckpt.h, whose
 	 * struct_size ends before this field, get the default. */
 	uint32_t handshake_timeout_ms;
+	/* Optional (NULL: none): where ckpt_connect() writes why it failed,
+	 * NUL-terminated, cut to error_bytes. When ckptd refused the
+	 * connection this is ckptd's own reason, e.g. "job j: rank 1 says
+	 * world size 4, connected ranks say 2"; else what is wrong with the
+	 * options, or ckpt_strerror() of the result. "" on success. Borrowed
+	 * for the call only. */
+	char *error;
+	size_t error_bytes;
 } ckpt_options;
 
 /*
  * Connect to the node's ckptd and map the shared-memory arena it hands out.
  * On success *out owns the connection; release it with ckpt_close().
- * On failure *out is untouched.
+ * On failure *out is untouched, and opts->error (if given) says why.
  */
 CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out);
 
@@ -164,8 +182,9 @@ CKPT_EXPORT void *ckpt_arena(const ckpt_ctx *ctx, size_t *bytes);
 typedef struct ckpt_save ckpt_save;
 
 /*
- * Begin a save of `step` (strictly greater than this context's previous
- * save). Takes a free slot. With no free slot ckptd's backpressure policy
+ * Begin a save of `step` (0..CKPT_STEP_MAX, else -ERANGE; strictly greater
+ * than this context's previous save, else -CKPT_E_STEP_ORDER). Takes a
+ * free slot. With no free slot ckptd's backpressure policy
  * decides: "block" waits for one, "skip" returns -CKPT_E_SKIPPED (the
  * skip is reported to ckptd and counted). On success *out is the handle,
  * to be passed to ckpt_save_finish() or ckpt_save_abort().
@@ -173,7 +192,9 @@ typedef struct ckpt_save ckpt_save;
 CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out);
 
 /* Copy a tensor (ckpt_tensor_bytes(desc) bytes at data) into the slot.
- * The name is copied. */
+ * The name is copied. A name outside the tensor name rules (see
+ * ckpt_tensor_desc) is -CKPT_E_BAD_NAME here, at the call, and
+ * ckpt_save_error() says which and why; the save stays usable. */
 CKPT_EXPORT int ckpt_save_add(ckpt_save *save, const ckpt_tensor_desc *desc,
 			      const void *data);
 
@@ -184,6 +205,14 @@ CKPT_EXPORT int ckpt_save_add(ckpt_save *save, const ckpt_tensor_desc *desc,
  */
 CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc,
 				  void **dst);
+
+/*
+ * Why the last ckpt_save_add() or ckpt_save_reserve() on this handle was
+ * refused, naming the step and the tensor (e.g. "step 7: tensor name
+ * "w\xff" is not valid UTF-8"), or "" if it was not. Valid until the next
+ * call on the handle; never NULL.
+ */
+CKPT_EXPORT const char *ckpt_save_error(const ckpt_save *save);
 
 /* Attach an opaque per-rank blob (RNG state, data-loader position);
  * copied. At most one per save; a second call replaces the first. */
@@ -232,7 +261,7 @@ typedef struct ckpt_status {
 
 /*
  * Read what ckptd has reported so far, without blocking, and fill *st with
- * what is known of `step`. Returns 0.
+ * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX).
  */
 CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st);
 

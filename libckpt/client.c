@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,9 +249,39 @@ static int wait_readable(int fd, int timeout_ms)
 	return r == 0 ? -ETIMEDOUT : 0;
 }
 
-/* One HELLO / HELLO_OK exchange on a connected socket. */
+static void set_why(char *why, size_t whylen, const char *text)
+{
+	if (why && whylen)
+		snprintf(why, whylen, "%s", text);
+}
+
+/*
+ * The connection broke during the handshake. ckptd may have refused us
+ * with an ERROR and closed before it read our HELLO: then the kernel
+ * reports the reset first and still holds the ERROR. The refusal is what
+ * the caller needs to hear; `err` if there is none.
+ */
+static int pending_refusal(int fd, int err, char *why, size_t whylen)
+{
+	struct ckpt_msg m;
+
+	for (int i = 0; i < 2; i++) {
+		int r = sock_recv(fd, &m, NULL);
+
+		if (r == 1 && m.type == CKPT_MSG_ERROR) {
+			set_why(why, whylen, m.u.error.message);
+			return daemon_error(m.u.error.code);
+		}
+		if (r != -CKPT_E_DISCONNECTED)
+			break;
+	}
+	return err;
+}
+
+/* One HELLO / HELLO_OK exchange on a connected socket. A refusal's reason
+ * (ckptd's ERROR text) goes to why. */
 static int handshake(int fd, const struct ckpt_msg_hello *hello, int64_t deadline,
-		     struct conn *out)
+		     struct conn *out, char *why, size_t whylen)
 {
 	struct ckpt_msg m = { .type = CKPT_MSG_HELLO, .seq = 1 };
 	int memfd = -1;
@@ -258,10 +289,14 @@ static int handshake(int fd, const struct ckpt_msg_hello *hello, int64_t deadlin
 
 	m.u.hello = *hello;
 	r = sock_send(fd, &m);
+	if (r == -CKPT_E_DISCONNECTED)
+		return pending_refusal(fd, r, why, whylen);
 	if (r < 0)
 		return r;
 	for (;;) {
 		r = sock_recv(fd, &m, &memfd);
+		if (r == -CKPT_E_DISCONNECTED)
+			return pending_refusal(fd, r, why, whylen);
 		if (r < 0)
 			return r;
 		if (r == 1)
@@ -270,8 +305,10 @@ static int handshake(int fd, const struct ckpt_msg_hello *hello, int64_t deadlin
 		if (r < 0)
 			return r;
 	}
-	if (m.type == CKPT_MSG_ERROR && (m.seq == 1 || m.seq == 0))
+	if (m.type == CKPT_MSG_ERROR && (m.seq == 1 || m.seq == 0)) {
+		set_why(why, whylen, m.u.error.message);
 		return daemon_error(m.u.error.code);
+	}
 	if (m.type != CKPT_MSG_HELLO_OK || m.seq != 1) {
 		if (memfd >= 0)
 			close(memfd);
@@ -299,11 +336,12 @@ static bool connect_retryable(int err)
 #define CKPT_DEFAULT_HANDSHAKE_MS 120000
 
 static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int timeout_ms,
-		     int handshake_ms, struct conn *out)
+		     int handshake_ms, struct conn *out, char *why, size_t whylen)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	int64_t deadline = now_ms() + timeout_ms;
 	size_t plen = strlen(path);
+	char attempt_why[CKPT_REASON_MAX + 1], last_why[CKPT_REASON_MAX + 1] = "";
 	int r, last_err = 0;
 
 	if (plen == 0)
@@ -317,6 +355,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 
 		if (fd < 0)
 			return -errno;
+		attempt_why[0] = '\0';
 		if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
 			r = -errno;
 		} else {
@@ -325,18 +364,24 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 			 * its own limit; the connect timeout bounds the wait
 			 * for the socket. */
 			int64_t hs = now_ms() + handshake_ms;
-			r = handshake(fd, hello, hs > deadline ? hs : deadline, out);
+			r = handshake(fd, hello, hs > deadline ? hs : deadline, out, attempt_why,
+				      sizeof(attempt_why));
 		}
 		if (r == 0)
 			return 0;
 		close(fd);
 		/* Out of time while retrying: the reason we retried says more
 		 * than the timeout does. */
-		if (r == -ETIMEDOUT && last_err)
+		if (r == -ETIMEDOUT && last_err) {
+			set_why(why, whylen, last_why);
 			return last_err;
-		if (!connect_retryable(r) || remaining_ms(deadline) == 0)
+		}
+		if (!connect_retryable(r) || remaining_ms(deadline) == 0) {
+			set_why(why, whylen, attempt_why);
 			return r;
+		}
 		last_err = r;
+		memcpy(last_why, attempt_why, sizeof(last_why));
 		sleep_ms(remaining_ms(deadline) < 50 ? remaining_ms(deadline) : 50);
 	}
 }
@@ -357,13 +402,14 @@ static void ctx_install(ckpt_ctx *ctx, struct conn *c, uint8_t *slots)
 	ctx->next_seq = 2; /* 1 was the HELLO */
 }
 
-static int ctx_connect_now(ckpt_ctx *ctx, int timeout_ms)
+static int ctx_connect_now(ckpt_ctx *ctx, int timeout_ms, char *why, size_t whylen)
 {
 	struct conn c = { .fd = -1 };
 	uint8_t *slots;
 	int r;
 
-	r = conn_open(ctx->socket_path, &ctx->hello, timeout_ms, (int)ctx->handshake_timeout_ms, &c);
+	r = conn_open(ctx->socket_path, &ctx->hello, timeout_ms, (int)ctx->handshake_timeout_ms, &c,
+		      why, whylen);
 	if (r < 0)
 		return r;
 	slots = calloc(c.ok.slots, 1);
@@ -380,7 +426,7 @@ int ctx_ensure_connected(ckpt_ctx *ctx, int timeout_ms)
 {
 	if (ctx->fd >= 0)
 		return 0;
-	return ctx_connect_now(ctx, timeout_ms);
+	return ctx_connect_now(ctx, timeout_ms, NULL, 0);
 }
 
 /* ---- Step records and events ------------------------------------------ */
@@ -655,31 +701,64 @@ int ctx_wait_free_slot(ckpt_ctx *ctx)
 
 /* ---- Public API ----------------------------------------------------------- */
 
+/* Whether the caller's ckpt_options has the field (it may be built against
+ * an older, shorter ckpt.h). */
+#define OPTS_HAS(opts, field) \
+	((opts)->struct_size >= offsetof(ckpt_options, field) + sizeof((opts)->field))
+
+static int connect_fail(char *why, size_t whylen, int r, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int connect_fail(char *why, size_t whylen, int r, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return r;
+}
+
 CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 {
+	char qjob[3 * CKPT_JOB_NAME_MAX + 8];
+	char *why = NULL;
+	size_t whylen = 0;
 	ckpt_ctx *ctx;
 	size_t jlen;
 	int r;
 
 	if (!opts || !out || opts->struct_size < offsetof(ckpt_options, handshake_timeout_ms))
 		return -EINVAL;
+	if (OPTS_HAS(opts, error_bytes) && opts->error && opts->error_bytes) {
+		why = opts->error;
+		whylen = opts->error_bytes;
+		why[0] = '\0';
+	}
 	/* A caller built against an older, shorter ckpt_options gets the
 	 * defaults of the fields it does not know. */
-	uint32_t handshake_ms = opts->struct_size >= offsetof(ckpt_options, handshake_timeout_ms) +
-							     sizeof(opts->handshake_timeout_ms)
-					? opts->handshake_timeout_ms : 0;
+	uint32_t handshake_ms = OPTS_HAS(opts, handshake_timeout_ms) ? opts->handshake_timeout_ms : 0;
 	if (!opts->job)
-		return -CKPT_E_BAD_NAME;
+		return connect_fail(why, whylen, -CKPT_E_BAD_NAME, "no job name given");
 	jlen = strnlen(opts->job, CKPT_JOB_NAME_MAX + 1);
 	r = ckpt_job_name_check(opts->job, jlen);
-	if (r < 0)
-		return r;
-	if (opts->world_size == 0 || opts->rank >= opts->world_size || opts->max_save_bytes == 0)
-		return -EINVAL;
+	if (r < 0) {
+		ckpt_name_quote(qjob, sizeof(qjob), opts->job, jlen);
+		return connect_fail(why, whylen, r, "job name \"%s\" refused: 1..%d of "
+				    "[A-Za-z0-9._-], not starting with '.'", qjob, CKPT_JOB_NAME_MAX);
+	}
+	if (opts->world_size == 0 || opts->rank >= opts->world_size)
+		return connect_fail(why, whylen, -EINVAL, "job %s: rank %u with world size %u "
+				    "(the rank must be below the world size)", opts->job, opts->rank,
+				    opts->world_size);
+	if (opts->max_save_bytes == 0)
+		return connect_fail(why, whylen, -EINVAL, "job %s rank %u: max_save_bytes is 0",
+				    opts->job, opts->rank);
 
 	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
-		return -ENOMEM;
+		return connect_fail(why, whylen, -ENOMEM, "out of memory");
 	ctx->fd = -1;
 	if (opts->socket_path) {
 		size_t plen = strlen(opts->socket_path);
@@ -709,7 +788,7 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 	if (ctx->handshake_timeout_ms > INT_MAX)
 		ctx->handshake_timeout_ms = INT_MAX;
 
-	r = ctx_connect_now(ctx, (int)ctx->connect_timeout_ms);
+	r = ctx_connect_now(ctx, (int)ctx->connect_timeout_ms, why, whylen);
 	if (r < 0)
 		goto fail;
 	r = pthread_mutex_init(&ctx->lock, NULL);
@@ -724,6 +803,11 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 	return 0;
 
 fail:
+	/* ckptd's own words if it gave any, else the code's. */
+	if (why && !why[0])
+		connect_fail(why, whylen, r, "job %s rank %u: %s (socket %s)", opts->job,
+			     opts->rank, ckpt_strerror(r),
+			     ctx->socket_path[0] ? ctx->socket_path : "?");
 	free(ctx);
 	return r;
 }
@@ -815,6 +899,8 @@ CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
 {
 	if (!ctx || !st)
 		return -EINVAL;
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx); /* a drop shows up in the records */
 	fill_status(ctx, step, st);
@@ -845,6 +931,9 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 
 	if (!ctx || !st)
 		return -EINVAL;
+	/* No such step can be saved, nor asked about (ckptd would drop us). */
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
 	deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx);

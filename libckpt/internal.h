@@ -92,6 +92,7 @@ struct ckpt_save {
 	uint32_t count, cap;
 	bool have_blob;
 	uint64_t blob_offset, blob_bytes;
+	char why[CKPT_REASON_MAX + 1]; /* ckpt_save_error() */
 };
 
 struct ckpt_restore {

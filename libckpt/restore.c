@@ -56,6 +56,8 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 
 	if (!ctx || !out || (flags & ~(unsigned)CKPT_RESTORE_EXACT))
 		return -EINVAL;
+	if (step != CKPT_STEP_LATEST && step > CKPT_STEP_MAX)
+		return -ERANGE;
 	pthread_mutex_lock(&ctx->lock);
 	r = ctx_ensure_connected(ctx, (int)ctx->connect_timeout_ms);
 	if (r < 0)

@@ -75,8 +75,12 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 	ckpt_save *save = NULL;
 	int r, slot;
 
-	if (!ctx || !out || step == CKPT_NO_STEP)
+	if (!ctx || !out)
 		return -EINVAL;
+	/* Refused here, before a slot is taken or anything reaches ckptd
+	 * (which would refuse it too, and drop the connection). */
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->have_last_step && step <= ctx->last_step) {
 		r = -CKPT_E_STEP_ORDER;
@@ -156,6 +160,41 @@ static void save_zero_pad(ckpt_save *save, uint64_t end)
 		memset(save->base + end, 0, (size_t)(aligned - end));
 }
 
+/*
+ * Check a descriptor given to add or reserve, and say why it is refused in
+ * the handle (ckpt_save_error), naming the tensor: a name that is refused
+ * here can never reach the manifest, which is written after every shard.
+ */
+static int save_desc_check(ckpt_save *save, const ckpt_tensor_desc *desc, uint64_t *bytes)
+{
+	char q[3 * 64 + 8];
+	int r;
+
+	save->why[0] = '\0';
+	r = tensor_desc_check(desc, true, bytes);
+	if (r == -CKPT_E_BAD_NAME) {
+		size_t len = desc->name ? strnlen(desc->name, CKPT_TENSOR_NAME_MAX + 1) : 0;
+
+		ckpt_name_quote(q, sizeof(q), desc->name, len > 64 ? 64 : len);
+		snprintf(save->why, sizeof(save->why), "step %llu: tensor name \"%s%s\" %s",
+			 (unsigned long long)save->step, desc->name ? q : "(null)",
+			 len > 64 ? "..." : "",
+			 desc->name ? ckpt_tensor_name_problem(desc->name, len) : "is NULL");
+	} else if (r < 0) {
+		ckpt_name_quote(q, sizeof(q), desc->name, strnlen(desc->name, 64));
+		snprintf(save->why, sizeof(save->why), "step %llu: tensor \"%s\": %s",
+			 (unsigned long long)save->step, q,
+			 r == -EOVERFLOW ? "its byte size overflows"
+					 : "bad dtype, ndim, or slice outside the global shape");
+	}
+	return r;
+}
+
+CKPT_EXPORT const char *ckpt_save_error(const ckpt_save *save)
+{
+	return save ? save->why : "";
+}
+
 CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc, void **dst)
 {
 	struct ckpt_tensor *t;
@@ -165,7 +204,7 @@ CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc,
 
 	if (!save || !desc || !dst)
 		return -EINVAL;
-	r = tensor_desc_check(desc, true, &bytes);
+	r = save_desc_check(save, desc, &bytes);
 	if (r < 0)
 		return r;
 	if (save->count >= CKPT_MAX_TENSORS)
@@ -215,7 +254,7 @@ CKPT_EXPORT int ckpt_save_add(ckpt_save *save, const ckpt_tensor_desc *desc, con
 
 	if (!save || !desc)
 		return -EINVAL;
-	r = tensor_desc_check(desc, true, &bytes);
+	r = save_desc_check(save, desc, &bytes);
 	if (r < 0)
 		return r;
 	if (!data && bytes > 0)

@@ -30,7 +30,8 @@ static const char *service_error(int code)
 	case CKPT_E_EXISTS:
 		return "step already committed";
 	case CKPT_E_REFUSED:
-		return "ckptd refused the client (credentials or limits)";
+		return "ckptd refused the client (credentials, limits or a conflicting world size; "
+		       "ckpt_options.error has ckptd's reason)";
 	case CKPT_E_ABORTED:
 		return "step abandoned: another rank failed or left";
 	case CKPT_E_BUSY:

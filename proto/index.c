@@ -34,7 +34,7 @@ static bool index_fields_valid(const struct ckpt_index *idx)
 {
 	return ckpt_job_name_check(idx->job, strnlen(idx->job, sizeof(idx->job))) == 0 &&
 	       idx->world_size >= 1 && idx->rank < idx->world_size &&
-	       idx->step != CKPT_NO_STEP &&
+	       idx->step <= CKPT_STEP_MAX &&
 	       idx->chunk_bytes >= CKPT_CHUNK_MIN && idx->chunk_bytes <= CKPT_CHUNK_MAX &&
 	       idx->shard_bytes % CKPT_ALIGN == 0 &&
 	       (idx->blob_bytes > 0 || idx->blob_crc32c == 0);

@@ -145,7 +145,7 @@ int ckpt_manifest_encode(const struct ckpt_manifest *m, char **out, size_t *len)
 	if (len)
 		*len = 0;
 	if (ckpt_job_name_check(m->job, strnlen(m->job, sizeof(m->job))) < 0 ||
-	    m->world_size < 1 || !m->ranks || m->step > INT64_MAX ||
+	    m->world_size < 1 || !m->ranks || m->step > CKPT_STEP_MAX ||
 	    m->created_unix_ns < 0 ||
 	    m->chunk_bytes < CKPT_CHUNK_MIN || m->chunk_bytes > CKPT_CHUNK_MAX)
 		return -EINVAL;
@@ -447,7 +447,7 @@ static int parse_root(struct perr *e, json_t *root, struct ckpt_manifest *m)
 	bool *seen = NULL;
 	int ret;
 
-	if ((ret = get_uint(e, "", root, "step", INT64_MAX, &m->step)) < 0)
+	if ((ret = get_uint(e, "", root, "step", CKPT_STEP_MAX, &m->step)) < 0)
 		return ret;
 	if ((ret = get_string(e, "", root, "job", &s, &n)) < 0)
 		return ret;

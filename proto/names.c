@@ -22,20 +22,104 @@ int ckpt_job_name_check(const char *job, size_t len)
 	return 0;
 }
 
-int ckpt_tensor_name_check(const char *name, size_t len)
+/* Length of the UTF-8 sequence at s[0..left) (shortest form, no
+ * surrogates, at most U+10FFFF), or 0 if it is not one. */
+static size_t utf8_seq_len(const unsigned char *s, size_t left)
 {
-	if (!name || len == 0 || len > CKPT_TENSOR_NAME_MAX)
-		return -CKPT_E_BAD_NAME;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4;
+	else
+		return 0;
+	if (left < n)
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+	if ((s[0] == 0xe0 && s[1] < 0xa0) ||  /* overlong */
+	    (s[0] == 0xed && s[1] >= 0xa0) ||  /* surrogate */
+	    (s[0] == 0xf0 && s[1] < 0x90) ||  /* overlong */
+	    (s[0] == 0xf4 && s[1] >= 0x90))   /* above U+10FFFF */
+		return 0;
+	return n;
+}
+
+const char *ckpt_tensor_name_problem(const char *name, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)name;
+
+	if (!name || len == 0)
+		return "is empty";
+	if (len > CKPT_TENSOR_NAME_MAX)
+		return "is longer than 255 bytes";
 	if ((len == 1 && name[0] == '.') ||
 	    (len == 2 && name[0] == '.' && name[1] == '.'))
-		return -CKPT_E_BAD_NAME;
-	for (size_t i = 0; i < len; i++) {
-		unsigned char c = (unsigned char)name[i];
+		return "is \".\" or \"..\"";
+	for (size_t i = 0; i < len;) {
+		size_t n;
 
-		if (c < 0x20 || c == 0x7f || c == '/')
-			return -CKPT_E_BAD_NAME;
+		if (s[i] == '/')
+			return "holds '/'";
+		if (s[i] < 0x20 || s[i] == 0x7f)
+			return "holds a control character (NUL, U+0001..U+001F or DEL)";
+		/* Exactly what a manifest could always hold (JSON is UTF-8):
+		 * no committed step has a name this refuses. */
+		n = utf8_seq_len(s + i, len - i);
+		if (n == 0)
+			return "is not valid UTF-8";
+		i += n;
 	}
-	return 0;
+	return NULL;
+}
+
+int ckpt_tensor_name_check(const char *name, size_t len)
+{
+	return ckpt_tensor_name_problem(name, len) ? -CKPT_E_BAD_NAME : 0;
+}
+
+static bool quote_plain(unsigned char c)
+{
+	return c >= 0x20 && c < 0x7f && c != '\\' && c != '"';
+}
+
+void ckpt_name_quote(char *out, size_t cap, const char *name, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+	size_t need = 0, o = 0, room;
+
+	if (cap == 0)
+		return;
+	for (size_t i = 0; name && i < len; i++)
+		need += quote_plain((unsigned char)name[i]) ? 1 : 4;
+	/* Cut short, and say so, rather than mid-escape. */
+	room = need < cap ? need : cap > 4 ? cap - 4 : 0;
+	for (size_t i = 0; name && i < len; i++) {
+		unsigned char c = (unsigned char)name[i];
+		size_t w = quote_plain(c) ? 1 : 4;
+
+		if (o + w > room)
+			break;
+		if (w == 1) {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = digits[c >> 4];
+			out[o++] = digits[c & 15];
+		}
+	}
+	if (need >= cap && cap > 4) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
 }
 
 static int name_result(int n, size_t cap)
@@ -47,11 +131,17 @@ static int name_result(int n, size_t cap)
 
 int ckpt_step_dirname(char *buf, size_t cap, uint64_t step)
 {
-	/* Ten digits keep `ls` order == step order up to 9999999999; larger
-	 * steps get more digits and ckpt_step_dirname_parse refuses them. */
-	if (step > 9999999999ull)
-		return -ENAMETOOLONG;
-	return name_result(snprintf(buf, cap, "step-%010llu", (unsigned long long)step), cap);
+	/* Ten digits keep `ls` order == step order: the reason step numbers
+	 * end at CKPT_STEP_MAX (FORMAT.md, "Step numbers"). The buffer is
+	 * never left unformatted: a failure leaves it empty. */
+	if (cap > 0)
+		buf[0] = '\0';
+	if (step > CKPT_STEP_MAX)
+		return -ERANGE;
+	int n = name_result(snprintf(buf, cap, "step-%010llu", (unsigned long long)step), cap);
+	if (n < 0 && cap > 0)
+		buf[0] = '\0';
+	return n;
 }
 
 int ckpt_shard_filename(char *buf, size_t cap, uint32_t rank)

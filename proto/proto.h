@@ -38,9 +38,17 @@
 /* 0 if `job` is a valid job name (1..128 of [A-Za-z0-9._-], not starting
  * with '.'), else -CKPT_E_BAD_NAME. len is the byte length (no NUL needed). */
 int ckpt_job_name_check(const char *job, size_t len);
-/* 0 if `name` is a valid tensor name (1..255 bytes, no '/', NUL, control
- * chars or DEL; not "." or ".."), else -CKPT_E_BAD_NAME. */
+/* 0 if `name` is a valid tensor name (FORMAT.md, "Tensor names": 1..255
+ * bytes of valid UTF-8, no '/', no C0 control characters (U+0000..U+001F)
+ * or DEL; not "." or ".."), else -CKPT_E_BAD_NAME. */
 int ckpt_tensor_name_check(const char *name, size_t len);
+/* Why `name` is not a valid tensor name ("is not valid UTF-8", ...), or
+ * NULL if it is one. A static string. */
+const char *ckpt_tensor_name_problem(const char *name, size_t len);
+/* `name` (len bytes, any bytes) as printable ASCII for messages, logs and
+ * JSON: bytes outside 0x20..0x7e, '"' and '\\' become \xHH; cut short
+ * with "..." to fit cap. Always NUL-terminated (cap > 0). */
+void ckpt_name_quote(char *out, size_t cap, const char *name, size_t len);
 
 /* ---- Checksums -------------------------------------------------------- */
 
@@ -54,7 +62,9 @@ uint32_t ckpt_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* Names inside <root>/<job>/ and step directories (see FORMAT.md).
  * Each writes a NUL-terminated name into buf and returns its length, or
- * -ENAMETOOLONG. */
+ * -ENAMETOOLONG (buf too small). ckpt_step_dirname returns -ERANGE for a
+ * step above CKPT_STEP_MAX; on any failure buf holds "" (cap > 0), never
+ * a stale name: every caller checks the result. */
 int ckpt_step_dirname(char *buf, size_t cap, uint64_t step);   /* step-0000000042 */
 int ckpt_shard_filename(char *buf, size_t cap, uint32_t rank);  /* rank-000003.shard */
 int ckpt_index_filename(char *buf, size_t cap, uint32_t rank);  /* rank-000003.index */
@@ -96,6 +106,11 @@ ssize_t ckpt_table_encode(const struct ckpt_tensor *tensors, uint32_t count,
 /* Decode and validate each entry (names, dtype, ndim, slice inside the
  * global shape, nbytes consistent, alignment). Does not check layout. */
 int ckpt_table_decode(const void *buf, size_t len, struct ckpt_table *out);
+/* The same, and on failure a reason in err (if given): for a refused name
+ * it names the entry, quotes the name (ckpt_name_quote) and says what is
+ * wrong with it, and the result is -CKPT_E_BAD_NAME instead of -EBADMSG. */
+int ckpt_table_decode_why(const void *buf, size_t len, struct ckpt_table *out,
+			  char *err, size_t errlen);
 /* Check that extents lie inside [0, data_bytes), do not overlap each other
  * or the blob extent [blob_offset, blob_offset + blob_bytes), and that names
  * are unique. 0 or -EBADMSG (with a reason in err if given). */
@@ -247,7 +262,11 @@ struct ckpt_msg {
 /* Encode into buf (CKPT_MSG_MAX_BYTES is always enough); bytes or -errno. */
 ssize_t ckpt_msg_encode(const struct ckpt_msg *m, void *buf, size_t cap);
 /* Decode and validate one whole message (header and body; trailing bytes
- * are an error). Strings are NUL-terminated in *out. */
+ * are an error). Strings are NUL-terminated in *out. A message that is
+ * well formed but names a step above CKPT_STEP_MAX (other than
+ * CKPT_NO_STEP where the field allows it) is -ERANGE; then only out->type,
+ * out->seq and out->u.step.step (the step it named: every step-carrying
+ * body starts with it) are set, for the refusal to quote. */
 int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out);
 /* How many fds a message of this type must carry (1 for HELLO_OK, else 0). */
 unsigned ckpt_msg_fd_count(uint32_t type);

@@ -28,8 +28,13 @@ int proto_tensor_validate(const struct ckpt_tensor *t, size_t name_len,
 	uint64_t elems = 1;
 
 #define BAD(...) do { if (err && errlen) snprintf(err, errlen, __VA_ARGS__); return -EBADMSG; } while (0)
-	if (ckpt_tensor_name_check(t->name, name_len) < 0)
-		BAD("tensor name is not valid (%zu bytes)", name_len);
+	const char *problem = ckpt_tensor_name_problem(t->name, name_len);
+	if (problem) {
+		char q[160];
+
+		ckpt_name_quote(q, sizeof(q), t->name, t->name ? name_len : 0);
+		BAD("tensor name \"%s\" (%zu bytes) %s", q, name_len, problem);
+	}
 	if (esize == 0)
 		BAD("tensor '%s': unknown dtype %u", name, t->dtype);
 	if (t->ndim > CKPT_MAX_DIMS)
@@ -159,6 +164,14 @@ int proto_table_build(struct ckpt_table *dst, const struct ckpt_tensor *src,
 
 int ckpt_table_decode(const void *buf, size_t len, struct ckpt_table *out)
 {
+	int r = ckpt_table_decode_why(buf, len, out, NULL, 0);
+
+	return r == -CKPT_E_BAD_NAME ? -EBADMSG : r;
+}
+
+int ckpt_table_decode_why(const void *buf, size_t len, struct ckpt_table *out,
+			  char *err, size_t errlen)
+{
 	struct ckpt_tensor *tensors = NULL;
 	struct {
 		size_t pos, len;
@@ -171,6 +184,8 @@ int ckpt_table_decode(const void *buf, size_t len, struct ckpt_table *out)
 	int ret = -EBADMSG;
 
 	memset(out, 0, sizeof(*out));
+	if (err && errlen)
+		err[0] = '\0';
 	if (!buf || len < TABLE_HDR_BYTES)
 		return -EBADMSG;
 	if (len > CKPT_TABLE_MAX_BYTES)
@@ -227,8 +242,20 @@ int ckpt_table_decode(const void *buf, size_t len, struct ckpt_table *out)
 		pad = rd_take(&r, PROTO_PAD8(name_len) - name_len);
 		/* Names are checked by length here (no NUL in the input) and
 		 * the whole entry again once copied out. */
-		if (!r.ok || ckpt_tensor_name_check((const char *)name, name_len) < 0)
+		if (!r.ok)
 			goto out;
+		const char *problem = ckpt_tensor_name_problem((const char *)name, name_len);
+		if (problem) {
+			if (err && errlen) {
+				char q[160];
+
+				ckpt_name_quote(q, sizeof(q), (const char *)name, name_len);
+				snprintf(err, errlen, "tensor %u of %u: name \"%s\" (%zu bytes) %s",
+					 i, count, q, name_len, problem);
+			}
+			ret = -CKPT_E_BAD_NAME;
+			goto out;
+		}
 		for (size_t k = 0; k < PROTO_PAD8(name_len) - name_len; k++)
 			if (pad[k] != 0)
 				goto out;

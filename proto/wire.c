@@ -233,6 +233,13 @@ ssize_t ckpt_msg_encode(const struct ckpt_msg *m, void *buf, size_t cap)
 	return (ssize_t)w.pos;
 }
 
+/* A step field that must be a step number (FORMAT.md, "Step numbers"),
+ * or also CKPT_NO_STEP where the field allows it. */
+static bool step_ok(uint64_t step, bool no_step_allowed)
+{
+	return step <= CKPT_STEP_MAX || (no_step_allowed && step == CKPT_NO_STEP);
+}
+
 static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 {
 	switch (type) {
@@ -264,7 +271,8 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 		       b->slot_bytes <= UINT64_MAX / b->slots &&
 		       b->arena_bytes == b->slots * b->slot_bytes &&
 		       b->chunk_bytes >= CKPT_CHUNK_MIN && b->chunk_bytes <= CKPT_CHUNK_MAX &&
-		       b->reserved == 0 && (b->flags & ~CKPT_HELLO_F_SKIP_POLICY) == 0;
+		       b->reserved == 0 && (b->flags & ~CKPT_HELLO_F_SKIP_POLICY) == 0 &&
+		       step_ok(b->latest_step, true);
 	}
 	case CKPT_MSG_SAVE: {
 		struct ckpt_msg_save *b = &out->u.save;
@@ -313,7 +321,7 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 			return false;
 		for (uint32_t i = 0; i < b->count; i++) {
 			b->steps[i] = rd_u64(r);
-			if (b->steps[i] == CKPT_NO_STEP ||
+			if (!step_ok(b->steps[i], false) ||
 			    (i > 0 && b->steps[i] <= b->steps[i - 1]))
 				return false;
 		}
@@ -360,6 +368,29 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 	}
 }
 
+/* The step a decoded message names that is out of range, if any. Only
+ * bodies that start with their step are reported as -ERANGE; a LIST_OK
+ * with such a step is simply malformed. */
+static bool step_out_of_range(const struct ckpt_msg *m, uint64_t *step)
+{
+	switch (m->type) {
+	case CKPT_MSG_SAVE:
+	case CKPT_MSG_SAVE_OK:
+	case CKPT_MSG_SKIP:
+	case CKPT_MSG_QUERY:
+	case CKPT_MSG_STALL:
+	case CKPT_MSG_RESTORE_OK:
+		*step = m->u.step.step;
+		return !step_ok(*step, false);
+	case CKPT_MSG_RESTORE:
+	case CKPT_MSG_STATUS:
+		*step = m->u.step.step;
+		return !step_ok(*step, true);
+	default:
+		return false;
+	}
+}
+
 int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out)
 {
 	const uint8_t *p = buf;
@@ -387,6 +418,16 @@ int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out)
 	if (!decode_body(type, &r, out) || !r.ok || r.pos != r.len) {
 		memset(out, 0, sizeof(*out));
 		return -EBADMSG;
+	}
+	uint64_t step;
+	if (step_out_of_range(out, &step)) {
+		uint32_t seq = out->seq;
+
+		memset(out, 0, sizeof(*out));
+		out->type = type;
+		out->seq = seq;
+		out->u.step.step = step;
+		return -ERANGE;
 	}
 	return 0;
 }

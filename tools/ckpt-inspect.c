@@ -662,7 +662,8 @@ static int list_job(int jobfd, const char *job, const struct inspect_opts *o,
 		bool in_root = bsearch(&steps[i], dirs, ndirs, sizeof(*dirs), cmp_u64) != NULL;
 		int dfd = -1;
 
-		ckpt_step_dirname(dname, sizeof(dname), steps[i]);
+		if (ckpt_step_dirname(dname, sizeof(dname), steps[i]) < 0)
+			continue; /* listed by name: cannot happen */
 		if (in_root)
 			dfd = open_child_dir(jobfd, dname);
 		bool has_manifest = dfd >= 0 && has_file(dfd, CKPT_MANIFEST_NAME);
@@ -864,7 +865,11 @@ static int show_step(int jobfd, const char *jobpath, uint64_t step,
 	bool is_latest;
 	int r, dfd;
 
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
+		inspect_err("%s: %" PRIu64 " is not a step number (0..%llu)", jobpath, step,
+			    CKPT_STEP_MAX);
+		return EXIT_NOTFOUND;
+	}
 	dfd = open_child_dir(jobfd, dname);
 	if (dfd < 0) {
 		inspect_err("%s/%s: %s", jobpath, dname,
@@ -1261,8 +1266,8 @@ int main(int argc, char **argv)
 
 			/* Name a missing or uncommitted step for what it is
 			 * rather than as a failed check. */
-			ckpt_step_dirname(dname, sizeof(dname), t.step);
-			dfd = open_child_dir(fd, dname);
+			dfd = ckpt_step_dirname(dname, sizeof(dname), t.step) < 0
+				      ? -1 : open_child_dir(fd, dname);
 			if (dfd < 0 || !has_file(dfd, CKPT_MANIFEST_NAME)) {
 				inspect_err("%s/%s: %s", t.parent, dname,
 				       dfd < 0 ? "no such step"

@@ -280,7 +280,10 @@ static int restore_step(struct restore_source *src, uint64_t step, int destjobfd
 	_cleanup_free_ struct task *tasks = NULL;
 	int r, status = 0;
 
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
+		errmsg("%s: %" PRIu64 " is not a step number", src->desc, step);
+		return EXIT_USAGE;
+	}
 	r = src->read_manifest(src, step, &mbuf, &mlen, why, sizeof(why));
 	if (r < 0) {
 		errmsg("%s step %" PRIu64 ": %s", src->desc, step, why[0] ? why : strerror(-r));

@@ -210,7 +210,11 @@ static void step_key(const char *jobkey, uint64_t step, const char *name,
 {
 	char dname[32];
 
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
+		/* Not a step number: a key every request refuses. */
+		snprintf(out, cap, "\n");
+		return;
+	}
 	snprintf(out, cap, "%s/%s/%s", jobkey, dname, name);
 }
 
@@ -1018,7 +1022,8 @@ static void rank_failed(struct verify_worker *w, struct inspect_rank_check *c,
 {
 	char dname[32];
 
-	ckpt_step_dirname(dname, sizeof(dname), w->run->m->step);
+	if (ckpt_step_dirname(dname, sizeof(dname), w->run->m->step) < 0)
+		snprintf(dname, sizeof(dname), "step-?");
 	snprintf(c->res.first_error, sizeof(c->res.first_error),
 		 "%s/%s/%s: %s (rank %" PRIu32 " step %" PRIu64 ")", w->run->ss->desc,
 		 dname, name, why, c->rank, w->run->m->step);
@@ -1360,7 +1365,10 @@ static int step_present(inspect_s3 *s, const char *jobkey, uint64_t step)
 	const struct inspect_s3_step *st;
 	int r;
 
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
+		inspect_err("s3://%s/%s: %" PRIu64 " is not a step number", s->bucket, jobkey, step);
+		return EXIT_NOTFOUND;
+	}
 	snprintf(pfx, sizeof(pfx), "s3://%s/%s/%s", s->bucket, jobkey, dname);
 	r = scan_job_key(s, jobkey, false, &j, NULL, why, sizeof(why));
 	if (r < 0) {
@@ -1394,7 +1402,8 @@ static int show_s3_step(inspect_s3 *s, const char *jobkey, uint64_t step,
 		inspect_err("%s", err);
 		return status_of(r);
 	}
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0)
+		snprintf(dname, sizeof(dname), "step-?"); /* the manifest's step: cannot happen */
 	if (o->have_rank && o->rank >= m.world_size) {
 		inspect_err("%s/%s: no rank %" PRIu32 " (world_size %" PRIu32 ")", ss.desc,
 			    dname, o->rank, m.world_size);

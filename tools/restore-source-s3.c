@@ -43,7 +43,11 @@ static void step_key(const struct s3_source_ctx *s, uint64_t step, const char *n
 {
 	char dname[32];
 
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
+		/* Not a step number: a key every request refuses. */
+		snprintf(out, cap, "\n");
+		return;
+	}
 	snprintf(out, cap, "%s/%s/%s", s->job_key, dname, name);
 }
 

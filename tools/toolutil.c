@@ -93,7 +93,7 @@ bool tool_parse_step(const char *s, uint64_t *out)
 		return false;
 	errno = 0;
 	v = strtoull(s, &end, 10);
-	if (errno || *end || v == 0 || v >= 10000000000ull)
+	if (errno || *end || v == 0 || v > CKPT_STEP_MAX)
 		return false;
 	*out = v;
 	return true;

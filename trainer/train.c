@@ -535,9 +535,14 @@ static int ck_connect(struct trainer *t, uint32_t timeout_ms)
 		.max_save_bytes = 3 * (uint64_t)t->len * sizeof(float) + sizeof(struct train_blob) + 4 * 4096,
 		.connect_timeout_ms = timeout_ms,
 	};
+	char why[256] = "";
+	co.error = why;
+	co.error_bytes = sizeof(why);
 	int r = ckpt_connect(&co, &t->ck);
 	if (r == 0)
 		attach_arena(t);
+	else if (r == -CKPT_E_REFUSED || r == -CKPT_E_BAD_NAME)
+		say("ckpt: rank %d: ckptd refused the connection: %s", t->rank, why);
 	return r;
 }
 

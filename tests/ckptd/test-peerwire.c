@@ -132,7 +132,7 @@ static void test_round_trip(void)
 	peer_sample(&m, PEER_VOTE);
 	memset(m.job, 'j', CKPT_JOB_NAME_MAX);
 	m.job[CKPT_JOB_NAME_MAX] = '\0';
-	m.step = UINT64_MAX - 1;
+	m.step = CKPT_STEP_MAX;
 	m.world_size = PEER_WORLD_MAX;
 	m.rank = PEER_WORLD_MAX - 1;
 	m.shard_bytes = UINT64_MAX;

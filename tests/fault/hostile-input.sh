@@ -22,7 +22,7 @@ p0=$LAST_PID
 rank_start good-1 "${OPTS[@]}" --rank 1 --world 2 --first 30 --every 10 --count 40 --sleep-between-ms 50 --wait
 p1=$LAST_PID
 
-timeout 200 "$CKPT_RAW_CLIENT" --socket "$(sock d)" >"$T/raw-client.log" 2>&1
+timeout 200 "$CKPT_RAW_CLIENT" --socket "$(sock d)" --root "$ROOT" >"$T/raw-client.log" 2>&1
 rc=$?
 ckptd_alive d || fail "ckptd died under hostile input"
 rank_wait $p0 good-0

@@ -8,8 +8,9 @@
  * protocol error is answered with ERROR (best effort) and a close, so a
  * connection left open is a failure too.
  *
- * usage: ckpt-raw-client --socket PATH [--case NAME]... [--list]
+ * usage: ckpt-raw-client --socket PATH [--root DIR] [--case NAME]... [--list]
  *        ckpt-raw-client --socket PATH --hello JOB
+ * (--root: ckptd's checkpoint root, for the cases that look at the files)
  * Exit 0 if every case was refused properly, 1 otherwise.
  */
 #include <errno.h>
@@ -36,6 +37,11 @@
 #define HDR CKPT_WIRE_HDR_BYTES
 
 static const char *sock_path;
+static const char *root_path; /* --root: the daemon's checkpoint root, for cases that look */
+/* --job, --rank, --world, --step: who the "skip" case is and what it skips. */
+static const char *opt_job;
+static uint32_t opt_rank, opt_world = 1;
+static uint64_t opt_step = 10;
 static unsigned job_counter;
 
 /* ---- little-endian builders ------------------------------------------ */
@@ -225,8 +231,9 @@ static void session_close(struct session *s)
 	s->fd = -1;
 }
 
-/* Connect and HELLO as rank 0 of a fresh 1-rank job. 0 or -errno. */
-static int session_open(struct session *s, const char *cs, uint64_t max_save)
+/* Connect and HELLO as `rank` of the `world`-rank job `job`. 0 or -errno. */
+static int session_open_as(struct session *s, const char *cs, uint64_t max_save, const char *job,
+			   uint32_t rank, uint32_t world)
 {
 	struct buf w;
 	struct ckpt_msg m;
@@ -238,8 +245,8 @@ static int session_open(struct session *s, const char *cs, uint64_t max_save)
 		note(cs, "connect: %s", strerror(-s->fd));
 		return s->fd;
 	}
-	snprintf(s->job, sizeof(s->job), "raw-%d-%u", (int)getpid(), job_counter++);
-	build_hello(&w, s->job, strlen(s->job), 0, 1, max_save);
+	snprintf(s->job, sizeof(s->job), "%s", job);
+	build_hello(&w, s->job, strlen(s->job), rank, world, max_save);
 	r = send_raw(s->fd, w.b, w.n, -1);
 	if (r < 0)
 		goto fail;
@@ -271,18 +278,39 @@ fail:
 	return r < 0 ? r : -EPROTO;
 }
 
+/* Connect and HELLO as rank 0 of the 1-rank job `job`. 0 or -errno. */
+static int session_open_job(struct session *s, const char *cs, uint64_t max_save, const char *job)
+{
+	return session_open_as(s, cs, max_save, job, 0, 1);
+}
+
+/* Connect and HELLO as rank 0 of a fresh 1-rank job. 0 or -errno. */
+static int session_open(struct session *s, const char *cs, uint64_t max_save)
+{
+	char job[64];
+
+	snprintf(job, sizeof(job), "raw-%d-%u", (int)getpid(), job_counter++);
+	return session_open_job(s, cs, max_save, job);
+}
+
 /*
  * The misbehaviour was sent on fd: require ERROR and/or a close within the
  * timeout, and a close in the end. Unsolicited STATUS messages are skipped.
  */
-static void expect_refused(const char *cs, int fd)
+static void expect_refused_with(const char *cs, int fd, int code, const char *text)
 {
-	bool got_error = false;
+	bool got_error = false, got_want = false;
 	struct ckpt_msg m;
 	int r;
 
 	for (;;) {
 		r = recv_msg(fd, REPLY_TIMEOUT_MS, &m, NULL);
+		if (r == 0 && (code || text) && !got_want) {
+			note(cs, "FAIL: closed without an ERROR %d saying \"%s\"", code,
+			     text ? text : "");
+			fail_count++;
+			return;
+		}
 		if (r == 0) {
 			note(cs, "ok: %s", got_error ? "ERROR, then closed" : "closed (no ERROR)");
 			return;
@@ -303,12 +331,19 @@ static void expect_refused(const char *cs, int fd)
 			     m.u.error.code > -1000 ? strerror(-m.u.error.code) : "service error",
 			     m.u.error.message);
 			got_error = true;
+			got_want |= (!code || m.u.error.code == code) &&
+				    (!text || strstr(m.u.error.message, text));
 		} else if (m.type != CKPT_MSG_STATUS) {
 			note(cs, "FAIL: got %s instead of ERROR", ckpt_msg_type_name(m.type));
 			fail_count++;
 			return;
 		}
 	}
+}
+
+static void expect_refused(const char *cs, int fd)
+{
+	expect_refused_with(cs, fd, 0, NULL);
 }
 
 /* Open a session, send what build() makes of it, require a refusal. */
@@ -1067,6 +1102,228 @@ static void case_stall_unknown_step_ignored(const char *cs)
 	session_close(&s);
 }
 
+/* ---- step numbers (FORMAT.md, "Step numbers") -------------------------- */
+
+#define STEP_TOO_BIG 10000000000ull /* one past the ten digits of step-NNNNNNNNNN */
+
+/* A message naming a step past the range: an ERROR -ERANGE that quotes
+ * the step, then a close; never a step record, a file or a slot used. */
+static void step_range_refused(const char *cs, uint32_t type)
+{
+	struct session s;
+	struct buf w;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, type, 11);
+	put64(&w, STEP_TOO_BIG);
+	if (type == CKPT_MSG_SAVE) {
+		size_t tb = good_table(&s, 0, 10);
+
+		build_save(&w, STEP_TOO_BIG, 0, 8192, 8192, tb);
+	} else if (type == CKPT_MSG_RESTORE) {
+		put32(&w, 0);
+		put32(&w, 0);
+		finish_msg(&w);
+	} else if (type == CKPT_MSG_STALL) {
+		put64(&w, F64_HALF);
+		finish_msg(&w);
+	} else {
+		finish_msg(&w);
+	}
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused_with(cs, s.fd, -ERANGE, "10000000000");
+	session_close(&s);
+}
+
+static void case_step_range_save(const char *cs) { step_range_refused(cs, CKPT_MSG_SAVE); }
+static void case_step_range_skip(const char *cs) { step_range_refused(cs, CKPT_MSG_SKIP); }
+static void case_step_range_query(const char *cs) { step_range_refused(cs, CKPT_MSG_QUERY); }
+static void case_step_range_restore(const char *cs) { step_range_refused(cs, CKPT_MSG_RESTORE); }
+static void case_step_range_stall(const char *cs) { step_range_refused(cs, CKPT_MSG_STALL); }
+
+/* ---- tensor names (FORMAT.md, "Tensor names") ---------------------------- */
+
+/* A name that is not UTF-8 is refused with the SAVE, naming the tensor:
+ * it must never reach the manifest, which is written after every shard. */
+static void name_refused(const char *cs, const char *name, size_t len, const char *why)
+{
+	struct raw_tensor t = { name, len, CKPT_DTYPE_U8, 0, 4096 };
+	struct session s;
+	struct buf w;
+	size_t tb;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	memset(s.arena, 0x5a, 4096);
+	tb = build_table(s.arena + (512u << 10), &t, 1, 1);
+	build_save(&w, 10, 0, 512u << 10, 512u << 10, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	expect_refused_with(cs, s.fd, -CKPT_E_BAD_NAME, why);
+	session_close(&s);
+}
+
+static void case_name_not_utf8(const char *cs) { name_refused(cs, "w\xff", 2, "not valid UTF-8"); }
+static void case_name_latin1(const char *cs) { name_refused(cs, "caf\xe9", 4, "not valid UTF-8"); }
+static void case_name_overlong(const char *cs) { name_refused(cs, "a\xc0\xaf", 3, "not valid UTF-8"); }
+static void case_name_surrogate(const char *cs) { name_refused(cs, "\xed\xa0\x80", 3, "not valid UTF-8"); }
+static void case_name_cut(const char *cs) { name_refused(cs, "cut\xe2\x88", 5, "not valid UTF-8"); }
+
+/* ---- SKIP (PROTOCOL.md, SKIP) -------------------------------------------- */
+
+/* Wait for the unsolicited STATUS of step in state; 0 or -1. */
+static int wait_status(const char *cs, int fd, uint64_t step, uint32_t state, char *reason,
+		       size_t len)
+{
+	struct ckpt_msg m;
+
+	for (;;) {
+		int r = recv_msg(fd, 10000, &m, NULL);
+
+		if (r != 1) {
+			note(cs, "FAIL: no STATUS %s of step %llu (%s)", state == CKPT_STATE_COMMITTED ?
+			     "COMMITTED" : "SKIPPED", (unsigned long long)step,
+			     r == 0 ? "closed" : strerror(-r));
+			return -1;
+		}
+		if (m.type == CKPT_MSG_ERROR) {
+			note(cs, "FAIL: ERROR %d: %s", m.u.error.code, m.u.error.message);
+			return -1;
+		}
+		if (m.type == CKPT_MSG_STATUS && m.u.status.step == step) {
+			if (m.u.status.state == state) {
+				if (reason)
+					snprintf(reason, len, "%s", m.u.status.reason);
+				return 0;
+			}
+			if (m.u.status.state == CKPT_STATE_FAILED ||
+			    m.u.status.state == CKPT_STATE_SKIPPED) {
+				note(cs, "FAIL: step %llu: state %u: %s", (unsigned long long)step,
+				     m.u.status.state, m.u.status.reason);
+				return -1;
+			}
+		}
+	}
+}
+
+/*
+ * A rank that comes back (a new connection: step order starts afresh, as
+ * for a trainer that rolled back) and SKIPs a step that is committed: the
+ * SKIP is answered SKIPPED, and the committed step stays committed, on
+ * disk and restorable. Today's failure mode: a fresh open step of that
+ * number was created and failed, and the committed directory went to
+ * .trash while LATEST still named it.
+ */
+static void case_skip_committed_step(const char *cs)
+{
+	struct session s;
+	struct ckpt_msg m;
+	struct buf w;
+	char job[64], reason[CKPT_REASON_MAX + 1];
+	size_t tb;
+	int r;
+
+	snprintf(job, sizeof(job), "raw-%d-skipc", (int)getpid());
+	if (session_open_job(&s, cs, 1 << 20, job) < 0) {
+		fail_count++;
+		return;
+	}
+	tb = good_table(&s, 0, 10);
+	build_save(&w, 10, 0, 8192, 8192, tb);
+	send_raw(s.fd, w.b, w.n, -1);
+	if (wait_status(cs, s.fd, 10, CKPT_STATE_COMMITTED, NULL, 0) < 0)
+		goto fail;
+	session_close(&s);
+
+	/* Back as the same rank, counting from an earlier step. */
+	if (session_open_job(&s, cs, 1 << 20, job) < 0)
+		goto fail;
+	begin_msg(&w, CKPT_MSG_SKIP, 12);
+	put64(&w, 10);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	if (wait_status(cs, s.fd, 10, CKPT_STATE_SKIPPED, reason, sizeof(reason)) < 0)
+		goto fail;
+	note(cs, "SKIPPED: %s", reason);
+	/* Whatever a removal would do runs on a worker: give it time. */
+	usleep(500 * 1000);
+	if (root_path) {
+		char path[512];
+
+		snprintf(path, sizeof(path), "%s/%s/step-0000000010/MANIFEST.json", root_path, job);
+		if (access(path, F_OK) != 0) {
+			note(cs, "FAIL: %s is gone after the SKIP", path);
+			goto fail;
+		}
+	}
+	/* Still committed, and still readable: restore it exactly. */
+	begin_msg(&w, CKPT_MSG_RESTORE, 13);
+	put64(&w, 10);
+	put32(&w, 0);
+	put32(&w, CKPT_RESTORE_F_EXACT);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	do
+		r = recv_msg(s.fd, 10000, &m, NULL);
+	while (r == 1 && m.type == CKPT_MSG_STATUS);
+	if (r != 1 || m.type != CKPT_MSG_RESTORE_OK || m.u.restore_ok.step != 10) {
+		note(cs, "FAIL: RESTORE of step 10 after the SKIP got %s%s%s",
+		     r == 1 ? ckpt_msg_type_name(m.type) : "nothing",
+		     r == 1 && m.type == CKPT_MSG_ERROR ? ": " : "",
+		     r == 1 && m.type == CKPT_MSG_ERROR ? m.u.error.message : "");
+		goto fail;
+	}
+	for (size_t i = 0; i < 8192; i++)
+		if (s.arena[i] != 10) {
+			note(cs, "FAIL: restored byte %zu is %u, saved 10", i, s.arena[i]);
+			goto fail;
+		}
+	if (!strstr(reason, "committed")) {
+		note(cs, "FAIL: the SKIPPED reason does not say the step is committed");
+		goto fail;
+	}
+	note(cs, "ok: SKIPPED, step 10 still committed and restorable");
+	session_close(&s);
+	return;
+fail:
+	fail_count++;
+	session_close(&s);
+}
+
+/*
+ * --job J --rank R --world W --step N: connect as that rank, SKIP step N,
+ * require the SKIPPED answer, and leave. For scripts that set the scene
+ * (not a hostile case: without --job it does nothing).
+ */
+static void case_skip(const char *cs)
+{
+	struct session s;
+	struct buf w;
+	char reason[CKPT_REASON_MAX + 1];
+
+	if (!opt_job) {
+		note(cs, "ok: nothing to do without --job");
+		return;
+	}
+	if (session_open_as(&s, cs, 1 << 20, opt_job, opt_rank, opt_world) < 0) {
+		fail_count++;
+		return;
+	}
+	begin_msg(&w, CKPT_MSG_SKIP, 14);
+	put64(&w, opt_step);
+	finish_msg(&w);
+	send_raw(s.fd, w.b, w.n, -1);
+	if (wait_status(cs, s.fd, opt_step, CKPT_STATE_SKIPPED, reason, sizeof(reason)) < 0)
+		fail_count++;
+	else
+		note(cs, "ok: SKIPPED: %s", reason);
+	session_close(&s);
+}
+
 struct test_case {
 	const char *name;
 	void (*fn)(const char *);
@@ -1130,6 +1387,18 @@ static const struct test_case cases[] = {
 	{ "stall-short-body", case_stall_short },
 	{ "stall-before-hello", case_stall_before_hello },
 	{ "stall-unknown-step-ignored", case_stall_unknown_step_ignored },
+	{ "step-range-save", case_step_range_save },
+	{ "step-range-skip", case_step_range_skip },
+	{ "step-range-query", case_step_range_query },
+	{ "step-range-restore", case_step_range_restore },
+	{ "step-range-stall", case_step_range_stall },
+	{ "tensor-name-not-utf8", case_name_not_utf8 },
+	{ "tensor-name-latin1", case_name_latin1 },
+	{ "tensor-name-overlong", case_name_overlong },
+	{ "tensor-name-surrogate", case_name_surrogate },
+	{ "tensor-name-truncated-utf8", case_name_cut },
+	{ "skip-committed-step", case_skip_committed_step },
+	{ "skip", case_skip },
 };
 
 /*
@@ -1173,6 +1442,11 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "socket", required_argument, NULL, 's' },
+		{ "root", required_argument, NULL, 'r' },
+		{ "job", required_argument, NULL, 'j' },
+		{ "rank", required_argument, NULL, 'R' },
+		{ "world", required_argument, NULL, 'W' },
+		{ "step", required_argument, NULL, 'S' },
 		{ "case", required_argument, NULL, 'c' },
 		{ "list", no_argument, NULL, 'l' },
 		{ "hello", required_argument, NULL, 'h' },
@@ -1186,6 +1460,11 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'h': hello_job = optarg; break;
+		case 'r': root_path = optarg; break;
+		case 'j': opt_job = optarg; break;
+		case 'R': opt_rank = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'W': opt_world = (uint32_t)strtoul(optarg, NULL, 10); break;
+		case 'S': opt_step = strtoull(optarg, NULL, 10); break;
 		case 'c':
 			if (nonly < 64)
 				only[nonly++] = optarg;
@@ -1195,7 +1474,8 @@ int main(int argc, char **argv)
 				puts(cases[i].name);
 			return 0;
 		default:
-			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--case NAME]... [--list] | --hello JOB\n");
+			fprintf(stderr, "usage: ckpt-raw-client --socket PATH [--root DIR] [--case NAME]... [--list] | --hello JOB\n"
+				"  [--job J --rank R --world W --step N] (for the case \"skip\")\n");
 			return 2;
 		}
 	}

@@ -1076,9 +1076,13 @@ bad:
 	co.max_save_bytes = save_bytes();
 	co.connect_timeout_ms = o.connect_timeout_ms;
 	conn_opts = co;
+	static char connect_error[256];
+	co.error = connect_error;
+	co.error_bytes = sizeof(connect_error);
 	r = ckpt_connect(&co, &ctx);
 	if (r < 0) {
-		say("ckpt_connect(%s, job %s): %s (%d)", o.socket, o.job, ckpt_strerror(r), r);
+		say("ckpt_connect(%s, job %s): %s (%d): %s", o.socket, o.job, ckpt_strerror(r), r,
+		    connect_error);
 		return 1;
 	}
 	say("connected: job %s world %u, %u tensors, %.1f MiB per save, %u slots of %.1f MiB",

@@ -200,7 +200,9 @@ int fixture_make_step(const char *root, const char *job, uint64_t step,
 		r = -errno;
 		goto out;
 	}
-	ckpt_step_dirname(dname, sizeof(dname), step);
+	r = ckpt_step_dirname(dname, sizeof(dname), step);
+	if (r < 0)
+		goto out;
 	r = mkdir_at(jobfd, dname);
 	if (r < 0)
 		goto out;

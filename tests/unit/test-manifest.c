@@ -71,6 +71,8 @@ static void e_world(json_t *r) { json_object_set_new(r, "world_size", json_integ
 static void e_neg_step(json_t *r) { json_object_set_new(r, "step", json_integer(-1)); }
 static void e_str_step(json_t *r) { json_object_set_new(r, "step", json_string("5")); }
 static void e_real_step(json_t *r) { json_object_set_new(r, "step", json_real(5.0)); }
+/* Past ten digits: no step directory can be named for it. */
+static void e_big_step(json_t *r) { json_object_set_new(r, "step", json_integer(10000000000LL)); }
 static void e_job(json_t *r) { json_object_set_new(r, "job", json_string("../x")); }
 static void e_no_job(json_t *r) { json_object_del(r, "job"); }
 static void e_chunk(json_t *r) { json_object_set_new(r, "chunk_bytes", json_integer(100)); }
@@ -187,6 +189,7 @@ int main(void)
 	CHECK_EQ(decode_edited(text, e_neg_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_str_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_real_step, "step"), -EBADMSG);
+	CHECK_EQ(decode_edited(text, e_big_step, "step"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_job, "job"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_no_job, "job"), -EBADMSG);
 	CHECK_EQ(decode_edited(text, e_chunk, "chunk_bytes"), -EBADMSG);
@@ -217,9 +220,41 @@ int main(void)
 	m.ranks[1].table.tensors[1].data_offset = 303104;
 	m.step = (uint64_t)INT64_MAX + 1;
 	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), -EINVAL);
+	m.step = 10000000000ull;
+	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), -EINVAL);
 	m.step = 1200;
 	CHECK_EQ(ckpt_manifest_encode(&m, &edited, NULL), 0);
 	free(edited);
+
+	/* Every name the name check takes, the manifest holds (the commit
+	 * can never fail on a name that was accepted at save time), and a
+	 * name it refuses is refused by the encoder too. */
+	{
+		static const char *const names[] = {
+			"gr\303\266\303\237e", "emoji\xf0\x9f\x98\x80", "\xef\xbf\xbf",
+			"\xf4\x8f\xbf\xbf", "c1\xc2\x85", "sp ace", "w\xff", "sur\xed\xa0\x80",
+		};
+		char *saved = m.ranks[1].table.tensors[2].name;
+
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+			bool ok = ckpt_tensor_name_check(names[i], strlen(names[i])) == 0;
+			struct ckpt_manifest back;
+
+			m.ranks[1].table.tensors[2].name = (char *)names[i];
+			int r = ckpt_manifest_encode(&m, &edited, &len);
+			if (r != (ok ? 0 : -EINVAL)) {
+				fprintf(stderr, "name %zu (check says %d): encode %d\n", i, ok, r);
+				check_failures++;
+			}
+			if (r == 0) {
+				CHECK_EQ(ckpt_manifest_decode(edited, len, &back, err, sizeof(err)), 0);
+				CHECK(strcmp(back.ranks[1].table.tensors[2].name, names[i]) == 0);
+				ckpt_manifest_free(&back);
+				free(edited);
+			}
+		}
+		m.ranks[1].table.tensors[2].name = saved;
+	}
 
 	free(text);
 	ckpt_manifest_free(&m);

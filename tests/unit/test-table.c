@@ -113,6 +113,10 @@ static void m_ndim(void) { ts[3].ndim = 9; }
 static void m_name_slash(void) { strcpy(names[2], "a/b"); }
 static void m_name_dotdot(void) { strcpy(names[2], ".."); }
 static void m_name_ctrl(void) { strcpy(names[2], "a\tb"); }
+/* Not UTF-8: the manifest (JSON) could not hold it. */
+static void m_name_latin1(void) { strcpy(names[2], "caf\xe9"); }
+static void m_name_cut(void) { strcpy(names[2], "w\xe2\x88"); }
+static void m_name_c1(void) { strcpy(names[2], "\xed\xa0\x80"); } /* a surrogate */
 static void m_overflow(void)
 {
 	/* 2^32 * 2^32 elements: the product overflows 64 bits. */
@@ -212,7 +216,8 @@ int main(void)
 	/* ---- per-entry checks: the encoder refuses, the decoder refuses ---- */
 	void (*mutations[])(void) = {
 		m_slice_outside, m_offset_past, m_nbytes, m_misaligned, m_dtype,
-		m_dtype0, m_name_slash, m_name_dotdot, m_name_ctrl, m_overflow,
+		m_dtype0, m_name_slash, m_name_dotdot, m_name_ctrl, m_name_latin1, m_name_cut,
+		m_name_c1, m_overflow,
 		m_overflow_bytes, m_offset_overflow,
 	};
 	for (size_t i = 0; i < sizeof(mutations) / sizeof(mutations[0]); i++) {
@@ -227,6 +232,27 @@ int main(void)
 	sample();
 	m_ndim();
 	CHECK_EQ(ckpt_table_encode(ts, N, enc, sizeof(enc)), -EINVAL);
+
+	/* The decoder that ckptd runs on a SAVE's table names the entry and
+	 * the problem, quoting the name in printable ASCII. */
+	sample();
+	m_name_latin1();
+	n = (ssize_t)raw_encode(ts, N, enc);
+	err[0] = 'x';
+	CHECK_EQ(ckpt_table_decode_why(enc, (size_t)n, &t, err, sizeof(err)), -CKPT_E_BAD_NAME);
+	if (!strstr(err, "tensor 2 of") || !strstr(err, "\"caf\\xe9\"") ||
+	    !strstr(err, "not valid UTF-8")) {
+		fprintf(stderr, "decode_why: \"%s\"\n", err);
+		check_failures++;
+	}
+	CHECK_EQ(ckpt_table_decode(enc, (size_t)n, &t), -EBADMSG);
+	sample();
+	strcpy(names[1], "gr\xc3\xb6\xc3\x9f" "e");
+	n = ckpt_table_encode(ts, N, enc, sizeof(enc));
+	CHECK(n > 0);
+	CHECK_EQ(ckpt_table_decode_why(enc, (size_t)n, &t, err, sizeof(err)), 0);
+	CHECK_EQ(err[0], '\0');
+	ckpt_table_free(&t);
 
 	/* ---- framing ---- */
 	sample();

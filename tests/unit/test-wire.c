@@ -20,6 +20,105 @@ static void put16(uint8_t *p, uint16_t v)
 	p[1] = (uint8_t)(v >> 8);
 }
 
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)v);
+	put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Encode m, overwrite the u64 at byte off with step, decode into *out. */
+static int decode_with_step(const struct ckpt_msg *m, size_t off, uint64_t step,
+			    struct ckpt_msg *out)
+{
+	ssize_t n = ckpt_msg_encode(m, buf, sizeof(buf));
+
+	if (n < (ssize_t)(off + 8))
+		return -1000000;
+	put64(buf + off, step);
+	return ckpt_msg_decode(buf, (size_t)n, out);
+}
+
+/*
+ * Step numbers are 0..9999999999 (FORMAT.md, "Step numbers"): a message
+ * naming a larger one is -ERANGE, with the type, seq and step kept for the
+ * refusal, and nothing can encode one.
+ */
+static int check_step_range(void)
+{
+	static const uint32_t types[] = {
+		CKPT_MSG_SAVE, CKPT_MSG_SAVE_OK, CKPT_MSG_SKIP, CKPT_MSG_QUERY, CKPT_MSG_STALL,
+		CKPT_MSG_RESTORE, CKPT_MSG_RESTORE_OK, CKPT_MSG_STATUS,
+	};
+	const uint64_t max = 9999999999ull;
+	struct ckpt_msg m, out;
+	int failed = 0;
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		memset(&m, 0, sizeof(m));
+		m.type = types[i];
+		m.seq = 41;
+		m.u.step.step = 5; /* every one of these bodies starts with its step */
+		switch (types[i]) {
+		case CKPT_MSG_SAVE:
+			m.u.save.data_bytes = m.u.save.table_offset = 4096;
+			m.u.save.table_bytes = 64;
+			break;
+		case CKPT_MSG_RESTORE_OK:
+			m.u.restore_ok.data_bytes = m.u.restore_ok.table_offset = 4096;
+			m.u.restore_ok.table_bytes = 64;
+			break;
+		case CKPT_MSG_STALL:
+			m.u.stall.seconds = 0.5;
+			break;
+		case CKPT_MSG_STATUS:
+			m.u.status.state = CKPT_STATE_FAILED;
+			m.u.status.error = -5;
+			break;
+		}
+		int r0 = decode_with_step(&m, 16, max, &out);
+		int r1 = decode_with_step(&m, 16, max + 1, &out);
+		bool kept = out.type == types[i] && out.seq == 41 && out.u.step.step == max + 1;
+		int r2 = decode_with_step(&m, 16, UINT64_MAX - 1, &out);
+		if (r0 != 0 || r1 != -ERANGE || !kept || r2 != -ERANGE) {
+			fprintf(stderr, "%s: step %llu -> %d, %llu -> %d (kept %d), %llu -> %d\n",
+				ckpt_msg_type_name(types[i]), (unsigned long long)max, r0,
+				(unsigned long long)max + 1, r1, kept,
+				(unsigned long long)UINT64_MAX - 1, r2);
+			failed++;
+		}
+		m.u.step.step = max + 1;
+		if (ckpt_msg_encode(&m, buf, sizeof(buf)) != -EINVAL) {
+			fprintf(stderr, "%s of step %llu encodes\n", ckpt_msg_type_name(types[i]),
+				(unsigned long long)max + 1);
+			failed++;
+		}
+	}
+	/* "No step" stays what it was where a field allows it. */
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_RESTORE;
+	m.u.restore.step = CKPT_NO_STEP;
+	CHECK_EQ(decode_with_step(&m, 16, CKPT_NO_STEP, &out), 0);
+	m.type = CKPT_MSG_SKIP;
+	m.u.step.step = 5;
+	CHECK_EQ(decode_with_step(&m, 16, CKPT_NO_STEP, &out), -EBADMSG);
+	/* HELLO_OK's latest step, a LIST_OK's steps. */
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_HELLO_OK;
+	m.u.hello_ok.slots = 1;
+	m.u.hello_ok.slot_bytes = m.u.hello_ok.arena_bytes = 1u << 20;
+	m.u.hello_ok.chunk_bytes = 1u << 20;
+	m.u.hello_ok.latest_step = CKPT_NO_STEP;
+	CHECK_EQ(decode_with_step(&m, 48, max, &out), 0);
+	CHECK_EQ(decode_with_step(&m, 48, max + 1, &out), -EBADMSG);
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_LIST_OK;
+	m.u.list_ok.total = m.u.list_ok.count = 1;
+	m.u.list_ok.steps[0] = 7;
+	CHECK_EQ(decode_with_step(&m, 24, max, &out), 0);
+	CHECK_EQ(decode_with_step(&m, 24, max + 1, &out), -EBADMSG);
+	return failed;
+}
+
 static int roundtrip(const struct ckpt_msg *m)
 {
 	struct ckpt_msg out;
@@ -312,6 +411,8 @@ int main(void)
 	n = 16 + 22 + 256;
 	put32(buf + 8, (uint32_t)n);
 	CHECK_EQ(ckpt_msg_decode(buf, (size_t)n, &out), -EBADMSG);
+
+	CHECK_EQ(check_step_range(), 0);
 
 	CHECK(strcmp(ckpt_msg_type_name(CKPT_MSG_RESTORE_OK), "RESTORE_OK") == 0);
 	CHECK(strcmp(ckpt_msg_type_name(0), "UNKNOWN") == 0);

@@ -72,6 +72,11 @@ void peer_step_failed(struct daemon *d, const char *job, uint64_t step);
 int peer_fetch(struct daemon *d, const char *job, uint64_t step, uint32_t rank, uint8_t *dst,
 	       uint64_t cap, void **index, uint64_t *index_bytes, uint64_t *shard_bytes,
 	       char *err, size_t errlen);
+/* Agreed restores (agree.c): send m (its job fields set) to node; -ENOTCONN
+ * when that node is not up. This daemon's node index (0 alone). */
+struct peer_msg;
+int peer_send_agree(struct daemon *d, uint32_t node, struct peer_msg *m);
+uint32_t peer_node_index(const struct daemon *d);
 /* Whether a restore should ask partners at all. */
 bool peer_fetch_enabled(const struct daemon *d);
 

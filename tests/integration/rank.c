@@ -54,6 +54,8 @@ struct opts {
 	const char *restore;       /* "latest" or a step number */
 	uint64_t expect_step;      /* CKPT_STEP_LATEST: not checked */
 	bool expect_fallback;
+	bool agree;                /* --agree: CKPT_RESTORE_AGREE */
+	bool expect_restore_error; /* the restore must fail */
 	unsigned sleep_between_ms;
 	bool reconnect_loop;
 	const char *stop_file;
@@ -710,9 +712,16 @@ static int run_restore(ckpt_ctx *ctx)
 			return 2;
 		}
 	}
-	r = ckpt_restore_open(ctx, want, 0, &rs);
+	r = ckpt_restore_open(ctx, want, o.agree ? CKPT_RESTORE_AGREE : 0, &rs);
 	if (r < 0) {
-		say("restore %s: ckpt_restore_open: %s (%d)", o.restore, ckpt_strerror(r), r);
+		say("restore %s: ckpt_restore_open: %s (%d)%s", o.restore, ckpt_strerror(r), r,
+		    o.expect_restore_error ? " (as expected)" : "");
+		return o.expect_restore_error ? 0 : 1;
+	}
+	if (o.expect_restore_error) {
+		say("restore %s: restored step %" PRIu64 ", expected an error", o.restore,
+		    ckpt_restore_step(rs));
+		ckpt_restore_close(rs);
 		return 1;
 	}
 	step = ckpt_restore_step(rs);
@@ -886,6 +895,8 @@ static void usage(FILE *f)
 		"  --wait                 wait for each step's outcome and require COMMITTED\n"
 		"  --timeout-ms MS        per outcome/restore/reconnect (default 60000)\n"
 		"  --restore latest|STEP [--expect-step N] [--expect-fallback]\n"
+		"  --agree                restore one step for the whole job (CKPT_RESTORE_AGREE)\n"
+		"  --expect-restore-error the restore must fail (its error is printed)\n"
 		"  --sleep-between-ms MS  pause between saves\n"
 		"  --reconnect-loop       keep saving through ckptd restarts\n"
 		"  --stop-file PATH       stop saving once PATH exists\n"
@@ -902,7 +913,7 @@ enum {
 	OPT_EVERY, OPT_COUNT, OPT_TENSORS, OPT_MIN, OPT_MAX, OPT_BLOB, OPT_WAIT, OPT_TIMEOUT,
 	OPT_RESTORE, OPT_EXPECT_STEP, OPT_EXPECT_FALLBACK, OPT_SLEEP, OPT_RECONNECT,
 	OPT_STOP_FILE, OPT_ACCEPT_SKIPPED, OPT_ACCEPT_ABORTED, OPT_EXPECT_FAIL, OPT_DIE_STEP,
-	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE,
+	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE, OPT_AGREE, OPT_EXPECT_RESTORE_ERROR,
 };
 
 static const struct option long_opts[] = {
@@ -935,6 +946,8 @@ static const struct option long_opts[] = {
 	{ "connect-timeout-ms", required_argument, NULL, OPT_CONNECT_TIMEOUT },
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "gate", required_argument, NULL, OPT_GATE },
+	{ "agree", no_argument, NULL, OPT_AGREE },
+	{ "expect-restore-error", no_argument, NULL, OPT_EXPECT_RESTORE_ERROR },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -976,6 +989,8 @@ int main(int argc, char **argv)
 		case OPT_RESTORE: o.restore = a; break;
 		case OPT_WAIT: o.wait = true; break;
 		case OPT_EXPECT_FALLBACK: o.expect_fallback = true; break;
+		case OPT_AGREE: o.agree = true; break;
+		case OPT_EXPECT_RESTORE_ERROR: o.expect_restore_error = true; break;
 		case OPT_RECONNECT: o.reconnect_loop = true; break;
 		case OPT_STOP_FILE: o.stop_file = a; break;
 		case OPT_ACCEPT_SKIPPED: o.accept_skipped = true; break;

@@ -170,8 +170,12 @@ static void rank_answer(struct agree_rank *ar, int status, uint64_t step, const 
 		m.u.error.code = status;
 		snprintf(m.u.error.message, sizeof(m.u.error.message), "%s",
 			 reason && reason[0] ? reason : strerror(-status));
-		log_warn("restore", "agreed restore failed job=%s rank=%u error=\"%s\"", ar->job,
-			 ar->rank, m.u.error.message);
+		if (status == -CKPT_E_NO_CHECKPOINT)
+			log_debug("restore", "agreed restore: nothing to restore job=%s rank=%u", ar->job,
+				  ar->rank);
+		else
+			log_warn("restore", "agreed restore failed job=%s rank=%u error=\"%s\"",
+				 ar->job, ar->rank, m.u.error.message);
 		metrics_inc(M_RESTORES_TOTAL, ar->job, "failed");
 	}
 	if (!c->dead) {
@@ -414,6 +418,9 @@ static void round_finish(struct daemon *d, struct agree_round *rd, int status, u
 	if (status == 0)
 		log_info("restore", "agreed on a step job=%s step=%llu world=%u bad_steps=%u", rd->job,
 			 (unsigned long long)step, rd->world, rd->bad);
+	else if (status == -CKPT_E_NO_CHECKPOINT)
+		log_info("restore", "agreed restore: nothing to restore job=%s world=%u reason=\"%s\"",
+			 rd->job, rd->world, reason); /* a fresh job: not a failure */
 	else
 		log_error("restore", "agreed restore failed for every rank job=%s world=%u "
 			  "error=\"%s\"", rd->job, rd->world, reason);

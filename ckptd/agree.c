@@ -56,6 +56,7 @@ struct agree_rank {
 	uint64_t done_step;
 	char done_reason[CKPT_REASON_MAX + 1];
 	int64_t deadline_ns;       /* a safety net on nodes that do not coordinate */
+	bool gone;                 /* its client left: answered, no longer found by rank_find */
 	bool deferred;             /* an attempt that could not start: reported from agree_tick */
 	int deferred_status;
 	uint64_t deferred_step;
@@ -119,7 +120,7 @@ static struct agree_rank *rank_find(struct daemon *d, const char *job, uint32_t 
 	struct agree *a = d->agree;
 
 	for (struct agree_rank *ar = a ? a->ranks : NULL; ar; ar = ar->next)
-		if (ar->rank == rank && !strcmp(ar->job, job))
+		if (!ar->gone && ar->rank == rank && !strcmp(ar->job, job))
 			return ar;
 	return NULL;
 }
@@ -202,8 +203,8 @@ static void rank_decided(struct agree_rank *ar, int status, uint64_t step, const
 
 static void coord_join(struct daemon *d, const char *job, uint32_t world, uint32_t rank,
 		       uint32_t node, uint64_t want, uint32_t flags, uint64_t nonce);
-static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint64_t round,
-			 uint64_t step, int status, const char *reason);
+static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint32_t node,
+			 uint64_t round, uint64_t step, int status, const char *reason);
 
 static void send_to_leader(struct agree_rank *ar, enum peer_type type, uint64_t step,
 			   uint64_t xfer, int status, const char *reason)
@@ -227,7 +228,8 @@ static void send_to_leader(struct agree_rank *ar, enum peer_type type, uint64_t 
 static void rank_report(struct agree_rank *ar, uint64_t step, int status, const char *reason)
 {
 	if (coord_is_leader(ar->d))
-		coord_report(ar->d, ar->job, ar->rank, ar->round, step, status, reason);
+		coord_report(ar->d, ar->job, ar->rank, peer_node_index(ar->d), ar->round, step, status,
+			     reason);
 	else
 		send_to_leader(ar, PEER_AGREE_REPORT, step, ar->round, status, reason);
 }
@@ -662,11 +664,19 @@ static void coord_join(struct daemon *d, const char *job, uint32_t world, uint32
 			  NULL);
 }
 
-static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint64_t round,
-			 uint64_t step, int status, const char *reason)
+static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint32_t node,
+			 uint64_t round, uint64_t step, int status, const char *reason)
 {
 	struct agree_round *rd = round_find(d, job);
 
+	if (rd && status == -CKPT_E_ABORTED && rank < rd->world && rd->node_of[rank] == node + 1 &&
+	    (round == rd->id || round == rd->nonce_of[rank])) {
+		/* The rank left (whatever the round was doing): the job cannot
+		 * resume as a whole from this round. */
+		round_finish(d, rd, -CKPT_E_ABORTED, 0, "job %s: rank %u (node %u) left the agreed "
+			     "restore: %s", job, rank, node, reason && reason[0] ? reason : "gone");
+		return;
+	}
 	if (!rd || rd->id != round || rd->listing || rd->ci >= rd->ncand ||
 	    rd->cand[rd->ci] != step || rank >= rd->world || !rd->node_of[rank])
 		return; /* a report for a candidate the round has left */
@@ -712,7 +722,7 @@ void agree_peer_message(struct daemon *d, uint32_t node, const struct peer_msg *
 			   m->xfer);
 		break;
 	case PEER_AGREE_REPORT:
-		coord_report(d, m->job, m->rank, m->xfer, m->step, m->status, m->reason);
+		coord_report(d, m->job, m->rank, node, m->xfer, m->step, m->status, m->reason);
 		break;
 	case PEER_AGREE_TRY:
 		ar = rank_find(d, m->job, m->rank);
@@ -730,6 +740,44 @@ void agree_peer_message(struct daemon *d, uint32_t node, const struct peer_msg *
 		break;
 	default:
 		break;
+	}
+}
+
+void agree_client_gone(struct client *c)
+{
+	struct daemon *d = c->d;
+	struct agree *a = d->agree;
+
+	if (!a)
+		return;
+	for (;;) {
+		struct agree_rank *ar = a->ranks;
+		while (ar && (ar->c != c || ar->gone))
+			ar = ar->next;
+		if (!ar)
+			break;
+		char job[CKPT_JOB_NAME_MAX + 1], why[64];
+		uint32_t rank = ar->rank, world = ar->world;
+		uint64_t id = ar->round ? ar->round : ar->nonce;
+		snprintf(job, sizeof(job), "%s", ar->job);
+		snprintf(why, sizeof(why), "rank %u disconnected", rank);
+		ar->gone = true;
+		rank_decided(ar, -CKPT_E_ABORTED, CKPT_NO_STEP, why); /* may free ar */
+		if (coord_is_leader(d)) {
+			coord_report(d, job, rank, peer_node_index(d), id, 0, -CKPT_E_ABORTED, why);
+			continue;
+		}
+		struct peer_msg m;
+		memset(&m, 0, sizeof(m));
+		m.h.type = PEER_AGREE_REPORT;
+		snprintf(m.job, sizeof(m.job), "%s", job);
+		m.step = 0;
+		m.world_size = world;
+		m.rank = rank;
+		m.xfer = id;
+		m.status = -CKPT_E_ABORTED;
+		snprintf(m.reason, sizeof(m.reason), "%s", why);
+		peer_send_agree(d, 0, &m);
 	}
 }
 

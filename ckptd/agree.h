@@ -30,6 +30,9 @@ void agree_request(struct client *c, uint32_t slot, uint64_t step, uint32_t flag
  * result 0 with ok filled, or an error with err. */
 void agree_attempt_done(struct agree_rank *ar, uint64_t step, int result, const char *err,
 			const struct ckpt_msg_restore_ok *ok, const char *tier);
+/* A client's connection closed: its waiting request leaves (the round
+ * fails for the others: the job lost a rank). */
+void agree_client_gone(struct client *c);
 /* AGREE_* from node `node` (peer.c has checked who may send which). */
 void agree_peer_message(struct daemon *d, uint32_t node, const struct peer_msg *m);
 /* Node `node` of the group is lost: rounds waiting on it fail. */

@@ -221,6 +221,7 @@ static void client_kill(struct client *c, const char *why)
 		log_debug("server", "client gone client=%llu reason=\"%s\"",
 			  (unsigned long long)c->id, why);
 	}
+	agree_client_gone(c);
 	client_unref(c); /* the connection's own reference */
 }
 

@@ -67,6 +67,7 @@ struct opts {
 	uint32_t connect_timeout_ms;
 	uint64_t gate_step;        /* --gate STEP:PATH */
 	const char *gate_file;
+	const char *latest_after;  /* --latest-after PATH: print ckpt_latest once PATH exists */
 };
 
 static struct opts o;
@@ -829,6 +830,32 @@ static int run_restore(ckpt_ctx *ctx)
 	return bad;
 }
 
+/* --latest-after PATH: connected (so ckptd knows the job), wait for PATH,
+ * then print what ckpt_latest and ckpt_list say. */
+static int run_latest(ckpt_ctx *ctx)
+{
+	double deadline = now_ms() + o.timeout_ms;
+	uint64_t latest = 0, steps[64];
+	int r, n;
+
+	while (access(o.latest_after, F_OK) != 0) {
+		if (now_ms() > deadline) {
+			say("%s did not appear within %d ms", o.latest_after, o.timeout_ms);
+			return 1;
+		}
+		sleep_ms(20);
+	}
+	r = ckpt_latest(ctx, &latest);
+	n = ckpt_list(ctx, steps, 64);
+	if (r < 0 || n < 0) {
+		say("ckpt_latest: %s, ckpt_list: %s", ckpt_strerror(r), ckpt_strerror(n));
+		return 1;
+	}
+	say("latest %" PRIu64 ", %d committed steps, newest listed %" PRIu64, latest, n,
+	    n > 0 ? steps[(n < 64 ? n : 64) - 1] : 0);
+	return 0;
+}
+
 /* ---- command line -------------------------------------------------------- */
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -897,6 +924,7 @@ static void usage(FILE *f)
 		"  --restore latest|STEP [--expect-step N] [--expect-fallback]\n"
 		"  --agree                restore one step for the whole job (CKPT_RESTORE_AGREE)\n"
 		"  --expect-restore-error the restore must fail (its error is printed)\n"
+		"  --latest-after PATH    once PATH exists, print ckpt_latest and ckpt_list\n"
 		"  --sleep-between-ms MS  pause between saves\n"
 		"  --reconnect-loop       keep saving through ckptd restarts\n"
 		"  --stop-file PATH       stop saving once PATH exists\n"
@@ -914,6 +942,7 @@ enum {
 	OPT_RESTORE, OPT_EXPECT_STEP, OPT_EXPECT_FALLBACK, OPT_SLEEP, OPT_RECONNECT,
 	OPT_STOP_FILE, OPT_ACCEPT_SKIPPED, OPT_ACCEPT_ABORTED, OPT_EXPECT_FAIL, OPT_DIE_STEP,
 	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE, OPT_AGREE, OPT_EXPECT_RESTORE_ERROR,
+	OPT_LATEST_AFTER,
 };
 
 static const struct option long_opts[] = {
@@ -948,6 +977,7 @@ static const struct option long_opts[] = {
 	{ "gate", required_argument, NULL, OPT_GATE },
 	{ "agree", no_argument, NULL, OPT_AGREE },
 	{ "expect-restore-error", no_argument, NULL, OPT_EXPECT_RESTORE_ERROR },
+	{ "latest-after", required_argument, NULL, OPT_LATEST_AFTER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -991,6 +1021,7 @@ int main(int argc, char **argv)
 		case OPT_EXPECT_FALLBACK: o.expect_fallback = true; break;
 		case OPT_AGREE: o.agree = true; break;
 		case OPT_EXPECT_RESTORE_ERROR: o.expect_restore_error = true; break;
+		case OPT_LATEST_AFTER: o.latest_after = a; break;
 		case OPT_RECONNECT: o.reconnect_loop = true; break;
 		case OPT_STOP_FILE: o.stop_file = a; break;
 		case OPT_ACCEPT_SKIPPED: o.accept_skipped = true; break;
@@ -1082,7 +1113,9 @@ bad:
 		ckpt_close(ctx);
 		return 1;
 	}
-	if (o.restore)
+	if (o.latest_after)
+		ret = run_latest(ctx);
+	else if (o.restore)
 		ret = run_restore(ctx);
 	else
 		ret = run_saves(&ctx);

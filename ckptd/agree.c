@@ -427,10 +427,12 @@ static void round_finish(struct daemon *d, struct agree_round *rd, int status, u
 		log_error("restore", "agreed restore failed for every rank job=%s world=%u "
 			  "error=\"%s\"", rd->job, rd->world, reason);
 	rd->finished = true;
+	/* DONE names the rank's own request (its JOIN's nonce): the round may
+	 * end before a TRY told the rank's node the round's id. */
 	for (uint32_t r = 0; r < rd->world; r++)
 		if (rd->node_of[r])
 			tell_rank(d, rd, rd->job, rd->world, r, rd->node_of[r] - 1, PEER_AGREE_DONE,
-				  status == 0 ? step : CKPT_NO_STEP, rd->id, status, reason);
+				  status == 0 ? step : CKPT_NO_STEP, rd->nonce_of[r], status, reason);
 	if (!rd->listing) {
 		round_unlink(d, rd);
 		round_free(rd);
@@ -733,8 +735,8 @@ void agree_peer_message(struct daemon *d, uint32_t node, const struct peer_msg *
 		break;
 	case PEER_AGREE_DONE:
 		ar = rank_find(d, m->job, m->rank);
-		/* The round's verdict, or a refusal of this very request. */
-		if (!ar || (m->xfer != ar->round && m->xfer != ar->nonce))
+		/* The round's verdict on (or a refusal of) this very request. */
+		if (!ar || m->xfer != ar->nonce)
 			break;
 		rank_decided(ar, m->status, m->step, m->reason);
 		break;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
-# Agreed restore across two daemons: a job of 4 ranks, 2 per node. Rank 3's
+# Agreed restore across two daemons: a job of 4 ranks, 2 per node. A fresh
+# job: every rank hears that there is nothing to restore. Rank 3's
 # shard (node 1, not the leader) of the newest step is damaged: every rank,
 # on both nodes, restores the same older step with the warning, and node 0
 # (the coordinator) counts the bad step. Then a rank that never asks: the
@@ -18,6 +19,14 @@ EXPECT_ERROR=(--expect-restore-error)
 "$CKPT_TEST_RANK" --help 2>&1 | grep -q -- '--agree' || AGREE=() EXPECT_ERROR=()
 
 cluster_start
+# Nothing committed yet: every rank, on either node, hears so at once (the
+# round ends before any rank is told what to read).
+cluster_ranks fresh "0 1 2 3" "${DATA[@]}" --restore latest "${AGREE[@]}" "${EXPECT_ERROR[@]}" \
+	--timeout-ms 90000
+for r in 0 1 2 3; do
+	rank_wait "${CRANK_PID[$r]}" "fresh-$r"
+	grep_log "fresh-$r" "(as expected)" || fail "rank $r: $(tail -n 1 "$T/fresh-$r.log")"
+done
 run_cluster_ranks save "${DATA[@]}" --steps 10,20,30 --wait --timeout-ms 90000
 expect_committed "$JOB" "10 20 30"
 SHARD=$(stepdir "$JOB" 30)/rank-000003.shard

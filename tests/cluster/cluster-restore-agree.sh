@@ -20,13 +20,16 @@ EXPECT_ERROR=(--expect-restore-error)
 
 cluster_start
 # Nothing committed yet: every rank, on either node, hears so at once (the
-# round ends before any rank is told what to read).
-cluster_ranks fresh "0 1 2 3" "${DATA[@]}" --restore latest "${AGREE[@]}" "${EXPECT_ERROR[@]}" \
-	--timeout-ms 90000
-for r in 0 1 2 3; do
-	rank_wait "${CRANK_PID[$r]}" "fresh-$r"
-	grep_log "fresh-$r" "(as expected)" || fail "rank $r: $(tail -n 1 "$T/fresh-$r.log")"
-done
+# round ends before any rank is told what to read). (An older ckpt-test-rank
+# cannot expect an error: skipped, so that the agreement itself is shown.)
+if [ ${#EXPECT_ERROR[@]} -gt 0 ]; then
+	cluster_ranks fresh "0 1 2 3" "${DATA[@]}" --restore latest "${AGREE[@]}" \
+		"${EXPECT_ERROR[@]}" --timeout-ms 90000
+	for r in 0 1 2 3; do
+		rank_wait "${CRANK_PID[$r]}" "fresh-$r"
+		grep_log "fresh-$r" "(as expected)" || fail "rank $r: $(tail -n 1 "$T/fresh-$r.log")"
+	done
+fi
 run_cluster_ranks save "${DATA[@]}" --steps 10,20,30 --wait --timeout-ms 90000
 expect_committed "$JOB" "10 20 30"
 SHARD=$(stepdir "$JOB" 30)/rank-000003.shard

@@ -786,7 +786,14 @@ static int try_step_tiers(struct restore *rs, size_t i, char *err, size_t errlen
 		else
 			append(err, errlen, "; S3: %s", err2);
 		s3m_drop(rs);
-		return r == -CKPT_E_NO_CHECKPOINT || rs->cand_s3only[i] ? (f == -ENOENT ? -CKPT_E_NO_CHECKPOINT : f) : r;
+		if (f == -ENOENT)
+			f = -CKPT_E_NO_CHECKPOINT;
+		/* S3 holds the step but could not hand it over: that is a read
+		 * error (retried, then reported), even when the root's copy is
+		 * damaged; only S3's own "not there" leaves the root's verdict. */
+		if (r == -CKPT_E_NO_CHECKPOINT || rs->cand_s3only[i] || !restore_error_is_damage(f))
+			return f;
+		return r;
 	}
 	/* A root step keeps reading its own manifest; a step only S3 had
 	 * reads the S3 one (the same bytes for a step ckptd uploaded). */

@@ -178,6 +178,7 @@ struct daemon {
 	struct uploader *uploader;    /* the S3 tier, or NULL (uploader.c) */
 	struct peerlink *peer;        /* the peer link of a multi-node group, or NULL (peer.c) */
 	struct retained *retained;    /* arenas of departed ranks, for restores (retain.c) */
+	struct agree *agree;          /* agreed restores waiting here, or NULL (agree.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
 	char daemon_id[40];        /* this run, in OWNER files (coord.c) */
 };
@@ -300,6 +301,14 @@ void retain_fini(struct daemon *d);
 /* restore.c */
 int restore_start(struct client *c, uint32_t slot, uint64_t step,
 		  uint32_t flags, uint32_t seq);
+/* One attempt of an agreed restore: exactly `step`, read and verified into
+ * the slot; the outcome goes to agree_attempt_done(), not to the client. */
+struct agree_rank;
+int restore_attempt_start(struct client *c, uint32_t slot, uint64_t step,
+			  struct agree_rank *agree);
+/* Whether a restore error means the step's copy is damaged (and an older
+ * step may be used) rather than that reading it failed. */
+bool restore_error_is_damage(int r);
 
 int64_t now_ns(void);
 

@@ -156,6 +156,17 @@ static const struct config_option options[] = {
 		.offset = FIELD(direct_io),
 	},
 	{
+		.key = "restore_agree_timeout_ms", .type = OPT_UINT, .def = "600000", .min = 100,
+		.max = 86400000,
+		.arg = "MS", .help = "wait for every rank of an agreed restore",
+		.description =
+			"An agreed restore (every rank of a job restores the same step)\n"
+			"waits this long, from the first rank's request, for the other\n"
+			"ranks of the job to ask; then every rank that asked gets an error\n"
+			"naming the missing ones. Reading the shards is not limited.",
+		.offset = FIELD(restore_agree_timeout_ms),
+	},
+	{
 		.key = "keep_last", .type = OPT_UINT, .def = "3", .min = 0, .max = 1000000,
 		.arg = "N", .help = "committed steps kept per job; 0 = all",
 		.description =

@@ -46,6 +46,7 @@ struct ckptd_config {
 	uint32_t webhook_rate;   /* webhook_rate: messages per minute at most */
 	uint32_t webhook_queue;  /* webhook_queue: events waiting at most */
 	uint32_t stall_warn_ms;  /* stall_warn_ms: 0 = no stall events */
+	uint32_t restore_agree_timeout_ms; /* restore_agree_timeout_ms: ranks joining an agreed restore */
 	/* The S3 tier (uploader.c); s3_url "" = off. */
 	char *s3_url, *s3_endpoint, *s3_region, *s3_profile, *s3_ca_bundle;
 	uint32_t s3_addressing;  /* s3_addressing: enum s3_addressing order (auto|path|virtual) */

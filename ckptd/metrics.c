@@ -144,6 +144,16 @@ const struct metric_def metric_defs[M__COUNT] = {
 		"Restores answered, by outcome: ok, fell_back (an older step was used because "
 		"newer ones did not verify) or failed.",
 		{ JOB, "outcome" } },
+	[M_RESTORE_BAD_STEPS_TOTAL] = {
+		"ckpt_restore_bad_steps_total", METRIC_COUNTER,
+		"Committed steps an agreed restore found damaged for the job (a rank's shard "
+		"did not verify); every rank then moved to an older step.",
+		{ JOB } },
+	[M_RESTORE_BUFFERED_FALLBACK_TOTAL] = {
+		"ckpt_restore_buffered_fallback_total", METRIC_COUNTER,
+		"Shard reads of a restore that the file system refused with O_DIRECT (EINVAL) "
+		"and that were done again through the page cache.",
+		{ JOB } },
 	[M_BUILD_INFO] = {
 		"ckpt_build_info", METRIC_GAUGE,
 		"Always 1; the version of ckptd in a label.", { "version" } },

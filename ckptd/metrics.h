@@ -58,6 +58,8 @@ enum metric_id {
 	M_RESTORE_BYTES_TOTAL,        /* {ckpt_job, tier=partner|root|s3} */
 	M_PARTNER_BYTES,              /* partner copies held here */
 	M_PARTNER_COPIES_TOTAL,       /* {outcome=sent|received|refused|failed} */
+	M_RESTORE_BAD_STEPS_TOTAL,    /* {ckpt_job}: steps an agreed restore found damaged */
+	M_RESTORE_BUFFERED_FALLBACK_TOTAL, /* {ckpt_job}: O_DIRECT reads refused, read buffered */
 	M__COUNT
 };
 

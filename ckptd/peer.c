@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "agree.h"
 #include "peer.h"
 #include "peerwire.h"
 
@@ -1827,6 +1828,7 @@ static void node_lost(struct peerlink *pl, uint32_t k, const char *why)
 			xfer_progress(pl, x);
 	}
 	coord_peer_lost(pl->d, k, why);
+	agree_node_lost(pl->d, k, why);
 }
 
 static void on_hello(struct peerlink *pl, const struct peer_msg *m)
@@ -1964,6 +1966,24 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		break;
 	case PEER_FETCH_DONE:
 		on_remote_done(pl, k, &m, X_FETCH);
+		break;
+	case PEER_AGREE_JOIN:
+	case PEER_AGREE_REPORT:
+		if (pl->me != 0) {
+			reject(pl, "conflict", "%s from node %u to node %u, which does not lead",
+			       peer_type_name(m.h.type), k, pl->me);
+			break;
+		}
+		agree_peer_message(pl->d, k, &m);
+		break;
+	case PEER_AGREE_TRY:
+	case PEER_AGREE_DONE:
+		if (k != 0) {
+			reject(pl, "conflict", "%s from node %u, which does not lead",
+			       peer_type_name(m.h.type), k);
+			break;
+		}
+		agree_peer_message(pl->d, k, &m);
 		break;
 	default:
 		break;
@@ -2346,6 +2366,21 @@ void peer_send_committed(struct daemon *d, const char *job, uint64_t step, uint3
 bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t step)
 {
 	return d->peer && recently_committed(d->peer, job, step);
+}
+
+/* Agreed restores (agree.c): a message of its own to one node. */
+int peer_send_agree(struct daemon *d, uint32_t node, struct peer_msg *m)
+{
+	struct peerlink *pl = d->peer;
+
+	if (!pl || node >= pl->n || !pl->nodes[node].up)
+		return -ENOTCONN;
+	return send_msg(pl, node, m);
+}
+
+uint32_t peer_node_index(const struct daemon *d)
+{
+	return d->peer ? d->peer->me : 0;
 }
 
 /* ---- Life cycle ---------------------------------------------------------- */

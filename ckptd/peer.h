@@ -82,6 +82,11 @@ bool peer_recently_committed(const struct daemon *d, const char *job, uint64_t s
  * or ABORT broadcast; its answers to resent votes still go). */
 bool peer_test_fault(const char *name);
 
+/* Agreed restores (agree.c): send m (its job fields set) to node; -ENOTCONN
+ * when that node is not up. This daemon's node index (0 alone). */
+struct peer_msg;
+int peer_send_agree(struct daemon *d, uint32_t node, struct peer_msg *m);
+uint32_t peer_node_index(const struct daemon *d);
 /* Whether a restore should ask partners at all. */
 bool peer_fetch_enabled(const struct daemon *d);
 

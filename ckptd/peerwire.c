@@ -30,6 +30,8 @@ static const char *const type_names[PEER_TYPE_MAX] = {
 	[PEER_COPY_DONE] = "COPY_DONE",   [PEER_FETCH] = "FETCH",
 	[PEER_FETCH_HAVE] = "FETCH_HAVE", [PEER_FETCH_GO] = "FETCH_GO",
 	[PEER_FETCH_DONE] = "FETCH_DONE",
+	[PEER_AGREE_JOIN] = "AGREE_JOIN", [PEER_AGREE_TRY] = "AGREE_TRY",
+	[PEER_AGREE_REPORT] = "AGREE_REPORT", [PEER_AGREE_DONE] = "AGREE_DONE",
 };
 
 const char *peer_type_name(unsigned type)
@@ -332,7 +334,10 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 		    (m->world_size && m->rank >= m->world_size))
 			return fail(err, errlen, -EBADMSG, "rank %u of a world of %u", m->rank,
 				    m->world_size);
-		if (m->step == CKPT_NO_STEP)
+		/* A JOIN may ask for the newest step, a failed round's DONE
+		 * names none. */
+		if (m->step == CKPT_NO_STEP && m->h.type != PEER_AGREE_JOIN &&
+		    !(m->h.type == PEER_AGREE_DONE && m->status < 0))
 			return fail(err, errlen, -EBADMSG, "%s without a step", peer_type_name(m->h.type));
 		if (m->step > CKPT_STEP_MAX)
 			return fail(err, errlen, -EBADMSG, "%s of step %llu: step numbers are 0..%llu",
@@ -363,5 +368,12 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 	}
 	if (m->h.type >= PEER_COPY_OFFER && (m->xfer == 0 || m->xfer > PEER_XFER_MASK))
 		return fail(err, errlen, -EBADMSG, "transfer id out of range");
+	/* JOIN: status is the request's flags (EXACT only); a REPORT or
+	 * DONE is 0 or an error; TRY says nothing in it. */
+	if ((m->h.type == PEER_AGREE_JOIN && (m->status & ~(int32_t)CKPT_RESTORE_F_EXACT) != 0) ||
+	    ((m->h.type == PEER_AGREE_REPORT || m->h.type == PEER_AGREE_DONE) && m->status > 0) ||
+	    (m->h.type == PEER_AGREE_TRY && m->status != 0))
+		return fail(err, errlen, -EBADMSG, "%s with status %d", peer_type_name(m->h.type),
+			    m->status);
 	return 0;
 }

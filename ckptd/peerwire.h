@@ -42,6 +42,10 @@ enum peer_type {
 	PEER_FETCH_HAVE,      /* ... I hold it: sizes and digest (or I do not) */
 	PEER_FETCH_GO,        /* ... receives posted: send */
 	PEER_FETCH_DONE,      /* ... every piece sent (or the send failed) */
+	PEER_AGREE_JOIN,      /* agreed restore: rank R of job J asks to restore (to the leader) */
+	PEER_AGREE_TRY,       /* ... read and verify your shard of step N (from the leader) */
+	PEER_AGREE_REPORT,    /* ... rank R's outcome for step N (to the leader) */
+	PEER_AGREE_DONE,      /* ... the round's outcome for rank R (from the leader) */
 	PEER_TYPE_MAX
 };
 

@@ -22,8 +22,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "ckptd.h"
 #include "peer.h"
 #include "s3.h"
@@ -56,6 +58,9 @@ struct restore {
 	unsigned qd;
 	uint64_t req_bytes;
 	enum direct_io_mode direct_mode;
+	/* An agreed restore's attempt (agree.c): `want` only, no fallback;
+	 * the outcome goes to the round, not to the client. NULL otherwise. */
+	struct agree_rank *agree;
 	/* result */
 	int result;
 	char err[CKPT_REASON_MAX + 1];
@@ -117,31 +122,26 @@ static struct chunk_ref *chunk_refs(const struct ckpt_index *idx, uint64_t *coun
  * check each chunk's CRC-32C as soon as every byte before its end has
  * arrived, so checking overlaps reading.
  */
-static int read_and_verify(struct restore *rs, int stepfd, const char *name,
-			   const struct ckpt_index *idx, const char *where,
-			   char *err, size_t errlen)
+static int read_and_verify_fd(struct restore *rs, int fd, bool direct,
+			      const struct ckpt_index *idx, const char *where,
+			      bool *direct_refused, char *err, size_t errlen)
 {
 	uint64_t bytes = idx->shard_bytes;
 	struct io_uring ring;
 	struct stat sb;
-	bool direct = rs->direct_mode != DIRECT_IO_OFF;
 	uint64_t nrefs = 0, next_ref = 0;
 	struct chunk_ref *refs = NULL;
 	uint8_t *piece_done = NULL;
-	int fd, r;
+	int r;
 
-	fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
-	if (fd < 0 && direct && errno == EINVAL && rs->direct_mode == DIRECT_IO_AUTO)
-		fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
+	if (fstat(fd, &sb) < 0) {
 		r = -errno;
-		snprintf(err, errlen, "opening %s: %s", where, strerror(-r));
+		snprintf(err, errlen, "fstat of %s: %s", where, strerror(-r));
 		return r;
 	}
-	if (fstat(fd, &sb) < 0 || (uint64_t)sb.st_size != bytes) {
+	if ((uint64_t)sb.st_size != bytes) {
 		snprintf(err, errlen, "%s is %lld bytes, the index says %llu", where,
 			 (long long)sb.st_size, (unsigned long long)bytes);
-		close(fd);
 		return -CKPT_E_CORRUPT;
 	}
 	uint64_t req = rs->req_bytes, npieces = (bytes + req - 1) / req;
@@ -150,7 +150,6 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 	if (!refs || !piece_done) {
 		free(refs);
 		free(piece_done);
-		close(fd);
 		snprintf(err, errlen, "out of memory");
 		return -ENOMEM;
 	}
@@ -159,7 +158,6 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 		snprintf(err, errlen, "io_uring for %s: %s", where, strerror(-r));
 		free(refs);
 		free(piece_done);
-		close(fd);
 		return r;
 	}
 	uint64_t next_piece = 0, watermark_piece = 0;
@@ -196,6 +194,8 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 			inflight--;
 			if (res < 0) {
 				r = res;
+				if (direct && res == -EINVAL)
+					*direct_refused = true;
 				snprintf(err, errlen, "reading %s at %llu: %s", where,
 					 (unsigned long long)off, strerror(-r));
 				break;
@@ -207,6 +207,8 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 						  (off_t)(off + (uint64_t)res));
 				if (n != (ssize_t)(len - (uint64_t)res)) {
 					r = n < 0 ? -errno : -CKPT_E_CORRUPT;
+					if (direct && r == -EINVAL)
+						*direct_refused = true;
 					snprintf(err, errlen, "%s ends early at %llu", where,
 						 (unsigned long long)(off + (uint64_t)res));
 					break;
@@ -249,6 +251,49 @@ static int read_and_verify(struct restore *rs, int stepfd, const char *name,
 	metrics_add(M_IO_URING_IN_FLIGHT, -(double)reported, "read");
 	free(refs);
 	free(piece_done);
+	return r;
+}
+
+/*
+ * Some file systems accept O_DIRECT at open and refuse O_DIRECT reads
+ * (EINVAL; e.g. FUSE after a remount): such a refusal says nothing about
+ * the bytes, so the shard is read again through the page cache, as
+ * ckpt-inspect and ckpt-restore do, whatever direct_io says (it is about
+ * how saves write).
+ */
+static int read_and_verify(struct restore *rs, int stepfd, const char *name,
+			   const struct ckpt_index *idx, const char *where,
+			   char *err, size_t errlen)
+{
+	bool direct = rs->direct_mode != DIRECT_IO_OFF, refused = false;
+	int fd, r;
+
+	fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | (direct ? O_DIRECT : 0));
+	if (fd < 0 && direct && errno == EINVAL) {
+		direct = false;
+		fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	}
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "opening %s: %s", where, strerror(-r));
+		return r;
+	}
+	r = read_and_verify_fd(rs, fd, direct, idx, where, &refused, err, errlen);
+	close(fd);
+	if (r == 0 || !refused)
+		return r;
+	log_warn("restore", "O_DIRECT read refused, reading buffered job=%s rank=%u file=%s "
+		 "error=\"%s\"", rs->job->name, rs->rank, where, err);
+	metrics_inc(M_RESTORE_BUFFERED_FALLBACK_TOTAL, rs->job->name);
+	err[0] = '\0';
+	fd = openat(stepfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		r = -errno;
+		snprintf(err, errlen, "opening %s: %s", where, strerror(-r));
+		return r;
+	}
+	refused = false;
+	r = read_and_verify_fd(rs, fd, false, idx, where, &refused, err, errlen);
 	close(fd);
 	return r;
 }
@@ -755,7 +800,14 @@ static int try_step_tiers(struct restore *rs, size_t i, char *err, size_t errlen
 		else
 			append(err, errlen, "; S3: %s", err2);
 		s3m_drop(rs);
-		return r == -CKPT_E_NO_CHECKPOINT || rs->cand_s3only[i] ? (f == -ENOENT ? -CKPT_E_NO_CHECKPOINT : f) : r;
+		if (f == -ENOENT)
+			f = -CKPT_E_NO_CHECKPOINT;
+		/* S3 holds the step but could not hand it over: that is a read
+		 * error (retried, then reported), even when the root's copy is
+		 * damaged; only S3's own "not there" leaves the root's verdict. */
+		if (r == -CKPT_E_NO_CHECKPOINT || rs->cand_s3only[i] || !restore_error_is_damage(f))
+			return f;
+		return r;
 	}
 	/* A root step keeps reading its own manifest; a step only S3 had
 	 * reads the S3 one (the same bytes for a step ckptd uploaded). */
@@ -774,11 +826,91 @@ static int try_step_tiers(struct restore *rs, size_t i, char *err, size_t errlen
 	return r;
 }
 
+/*
+ * A step that this rank can never restore: its bytes, index or manifest do
+ * not verify or are missing. Anything else (EIO, EINTR, ENOMEM, EACCES, a
+ * failed S3 request) says nothing about the checkpoint and is never
+ * treated as damage.
+ */
+bool restore_error_is_damage(int r)
+{
+	return r == -CKPT_E_CORRUPT || r == -EBADMSG || r == -ENOENT || r == -ENOTDIR ||
+	       r == -ELOOP || r == -E2BIG || r == -CKPT_E_NO_CHECKPOINT || r == -EPROTONOSUPPORT;
+}
+
+#define RESTORE_ATTEMPTS 3
+#define RESTORE_RETRY_MS 200
+
+/* try_step_tiers, again after a read error (a bounded number of times). */
+static int try_step_retrying(struct restore *rs, size_t i, char *err, size_t errlen)
+{
+	for (unsigned attempt = 1;; attempt++) {
+		err[0] = '\0';
+		int r = try_step_tiers(rs, i, err, errlen);
+		if (r == 0 || r == -CKPT_E_TOO_BIG || restore_error_is_damage(r))
+			return r;
+		if (attempt >= RESTORE_ATTEMPTS) {
+			append(err, errlen, " (read error, %u attempts)", attempt);
+			return r;
+		}
+		log_warn("restore", "read error, retrying job=%s step=%llu rank=%u attempt=%u "
+			 "error=\"%s\"", rs->job->name, (unsigned long long)rs->cand[i], rs->rank,
+			 attempt, err);
+		struct timespec ts = { 0, (long)RESTORE_RETRY_MS * attempt * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* An agreed restore's attempt: exactly rs->want, from the root's manifest
+ * as it is now (this daemon's memory may lag), else S3. */
+static void restore_run_agreed(struct restore *rs)
+{
+	char dn[32], path[64], err[CKPT_REASON_MAX + 1];
+	uint64_t step = rs->want;
+
+	ckpt_step_dirname(dn, sizeof(dn), step);
+	snprintf(path, sizeof(path), "%s/%s", dn, CKPT_MANIFEST_NAME);
+	/* Only a definite "not there" sends it to S3; any other error is
+	 * for try_step to report. */
+	bool in_root = faccessat(rs->job->dirfd, path, F_OK, 0) == 0 || errno != ENOENT;
+	if (!in_root && rs->s3.cfg && !rs->s3.current)
+		s3_refresh(rs);
+	if (!in_root && !(rs->s3.cfg && s3_has(rs, step))) {
+		rs->result = -CKPT_E_NO_CHECKPOINT;
+		snprintf(rs->err, sizeof(rs->err), "%s/%s is not committed (no %s)%s", rs->job->name,
+			 dn, CKPT_MANIFEST_NAME, rs->s3.cfg ? " in the root or on S3" : "");
+		return;
+	}
+	uint64_t *cand = calloc(1, sizeof(*cand));
+	bool *s3only = calloc(1, sizeof(*s3only));
+	if (!cand || !s3only) {
+		free(cand);
+		free(s3only);
+		rs->result = -ENOMEM;
+		snprintf(rs->err, sizeof(rs->err), "out of memory");
+		return;
+	}
+	cand[0] = step;
+	s3only[0] = !in_root;
+	free(rs->cand);
+	free(rs->cand_s3only);
+	rs->cand = cand;
+	rs->cand_s3only = s3only;
+	rs->ncand = 1;
+	err[0] = '\0';
+	rs->result = try_step_retrying(rs, 0, err, sizeof(err));
+	snprintf(rs->err, sizeof(rs->err), "%s", err);
+}
+
 static void restore_run(void *arg)
 {
 	struct restore *rs = arg;
 	char err[CKPT_REASON_MAX + 1];
 
+	if (rs->agree) {
+		restore_run_agreed(rs);
+		return;
+	}
 	rs->result = -CKPT_E_NO_CHECKPOINT;
 	snprintf(rs->err, sizeof(rs->err), "job %s has no committed step%s", rs->job->name,
 		 rs->want == CKPT_NO_STEP ? "" : " at or below the one requested");
@@ -793,8 +925,7 @@ static void restore_run(void *arg)
 		}
 	}
 	for (size_t i = 0; i < rs->ncand; i++) {
-		err[0] = 0;
-		int r = try_step_tiers(rs, i, err, sizeof(err));
+		int r = try_step_retrying(rs, i, err, sizeof(err));
 		if (r == 0) {
 			if (i > 0)
 				rs->ok.flags |= CKPT_RESTORE_OK_F_FELL_BACK;
@@ -803,12 +934,19 @@ static void restore_run(void *arg)
 		}
 		log_warn("restore", "step does not restore job=%s step=%llu rank=%u error=\"%s\"",
 			 rs->job->name, (unsigned long long)rs->cand[i], rs->rank, err);
+		if (!restore_error_is_damage(r)) {
+			/* A read error (or a slot too small) is not a reason to
+			 * give this rank an older step than the others get. */
+			rs->result = r;
+			snprintf(rs->err, sizeof(rs->err), "step %llu: %s%s%s",
+				 (unsigned long long)rs->cand[i], err,
+				 rs->ok.warning[0] ? "; before that: " : "", rs->ok.warning);
+			return;
+		}
 		append(rs->ok.warning, sizeof(rs->ok.warning), "%sstep %llu not restored: %s",
 		       rs->ok.warning[0] ? "; " : "", (unsigned long long)rs->cand[i], err);
-		rs->result = r == -CKPT_E_TOO_BIG ? r : -CKPT_E_CORRUPT;
+		rs->result = -CKPT_E_CORRUPT;
 		snprintf(rs->err, sizeof(rs->err), "%s", rs->ok.warning);
-		if (r == -CKPT_E_TOO_BIG)
-			return;
 	}
 }
 
@@ -828,6 +966,12 @@ static void restore_done(void *arg)
 	if (rs->result == 0)
 		metrics_add(M_RESTORE_BYTES_TOTAL, (double)rs->ok.data_bytes, rs->job->name,
 			    rs->from_s3 ? "s3" : rs->tier ? rs->tier : "root");
+	if (rs->agree) {
+		/* The round answers the client once every rank has an outcome. */
+		agree_attempt_done(rs->agree, rs->want, rs->result, rs->err, &rs->ok,
+				   rs->from_s3 ? "s3" : rs->tier ? rs->tier : "root");
+		goto free;
+	}
 	metrics_inc(M_RESTORES_TOTAL, rs->job->name,
 		    rs->result < 0 ? "failed"
 		    : rs->ok.flags & CKPT_RESTORE_OK_F_FELL_BACK ? "fell_back" : "ok");
@@ -851,6 +995,7 @@ static void restore_done(void *arg)
 		}
 		client_send(c, &m);
 	}
+free:;
 	struct job *job = rs->job;
 	client_unref(c);
 	uploader_origin_free(&rs->s3);
@@ -862,8 +1007,8 @@ static void restore_done(void *arg)
 	job_release(job);
 }
 
-int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags,
-		  uint32_t seq)
+static int restore_begin(struct client *c, uint32_t slot, uint64_t step, uint32_t flags,
+			 uint32_t seq, struct agree_rank *agree)
 {
 	struct daemon *d = c->d;
 	struct job *job = c->job;
@@ -890,7 +1035,7 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 		free(rs);
 		return r;
 	}
-	if (rs->ncand == 0 && !rs->s3.cfg) {
+	if (rs->ncand == 0 && !rs->s3.cfg && !agree) {
 		free(rs->root_steps);
 		uploader_origin_free(&rs->s3);
 		free(rs->cand);
@@ -918,6 +1063,7 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 	rs->qd = d->cfg->queue_depth < 8 ? d->cfg->queue_depth : 8;
 	rs->req_bytes = d->cfg->request_bytes;
 	rs->direct_mode = d->cfg->direct_io;
+	rs->agree = agree;
 	c->slot_state[slot] = SLOT_RESTORING;
 	c->refs++;
 	d->busy++;
@@ -938,4 +1084,16 @@ int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags
 		return -ENOMEM;
 	}
 	return 0;
+}
+
+int restore_start(struct client *c, uint32_t slot, uint64_t step, uint32_t flags,
+		  uint32_t seq)
+{
+	return restore_begin(c, slot, step, flags, seq, NULL);
+}
+
+int restore_attempt_start(struct client *c, uint32_t slot, uint64_t step,
+			  struct agree_rank *agree)
+{
+	return restore_begin(c, slot, step, CKPT_RESTORE_F_EXACT, 0, agree);
 }

@@ -23,6 +23,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "agree.h"
 #include "ckptd.h"
 #include "peer.h"
 #include "notify.h"
@@ -220,6 +221,7 @@ static void client_kill(struct client *c, const char *why)
 		log_debug("server", "client gone client=%llu reason=\"%s\"",
 			  (unsigned long long)c->id, why);
 	}
+	agree_client_gone(c);
 	client_unref(c); /* the connection's own reference */
 }
 
@@ -398,7 +400,7 @@ static void hello_finish(struct client *c)
 	 * ignore (PROTOCOL.md, "Extensions within version 1"); it goes
 	 * before anything else, in particular before any SAVE_OK. */
 	struct ckpt_msg notice;
-	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL);
+	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE);
 	client_send(c, &notice);
 	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
 		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,
@@ -867,53 +869,56 @@ static void on_query(struct client *c, const struct ckpt_msg *m)
 	client_send(c, &r);
 }
 
-/* Answer LIST with the union of the root's committed steps and `extra`
- * (S3's), ascending, the newest CKPT_LIST_MAX. */
-static void send_list(struct client *c, uint32_t seq, const uint64_t *extra, size_t n_extra)
+/* Answer LIST with the union of `base` (the root's committed steps) and
+ * `extra` (S3's), both ascending: the newest CKPT_LIST_MAX. */
+static void send_list(struct client *c, uint32_t seq, const uint64_t *base, size_t n_base,
+		      const uint64_t *extra, size_t n_extra)
 {
 	struct ckpt_msg r;
-	struct job *job = c->job;
-	size_t n = job->n_committed + n_extra, total = 0;
+	size_t n = n_base + n_extra, total = 0;
 	uint64_t *all = malloc((n ? n : 1) * sizeof(*all));
 
 	memset(&r, 0, sizeof(r));
 	r.type = CKPT_MSG_LIST_OK;
 	r.seq = seq;
 	if (!all) {
-		extra = NULL;
-		n_extra = 0;
-		all = job->committed;
+		send_error(c, seq, -ENOMEM, "LIST: out of memory");
+		return;
 	}
 	/* Merge two ascending lists, dropping duplicates. */
 	size_t i = 0, k = 0;
-	while (i < job->n_committed || k < n_extra) {
+	while (i < n_base || k < n_extra) {
 		uint64_t s;
-		if (k >= n_extra || (i < job->n_committed && job->committed[i] <= extra[k])) {
-			s = job->committed[i++];
+		if (k >= n_extra || (i < n_base && base[i] <= extra[k])) {
+			s = base[i++];
 			if (k < n_extra && extra[k] == s)
 				k++;
 		} else {
 			s = extra[k++];
 		}
-		if (all != job->committed)
-			all[total] = s;
-		total++;
+		all[total++] = s;
 	}
 	r.u.list_ok.total = (uint32_t)total;
 	for (size_t j = total > CKPT_LIST_MAX ? total - CKPT_LIST_MAX : 0; j < total; j++)
 		r.u.list_ok.steps[r.u.list_ok.count++] = all[j];
-	if (all != job->committed)
-		free(all);
+	free(all);
 	client_send(c, &r);
 }
 
-/* With the S3 tier, LIST asks S3 too (on a worker: it is a request). */
+/*
+ * LIST reads the root's manifests (and asks S3, with the S3 tier on) on a
+ * worker: this daemon's memory of the job lags on a node that missed a
+ * COMMITTED, and an agreed restore chooses from the same list.
+ */
 struct list_job {
 	struct client *c;
 	uint32_t seq;
 	struct s3_origin s3;
 	uint64_t *steps;
 	size_t n;
+	uint64_t *root;
+	size_t n_root;
+	int root_error;
 };
 
 static void list_run(void *arg)
@@ -921,6 +926,12 @@ static void list_run(void *arg)
 	struct list_job *lj = arg;
 	char err[300] = "";
 
+	lj->root_error = store_list_steps(lj->c->job->dirfd, true, &lj->root, &lj->n_root);
+	if (lj->root_error < 0)
+		log_warn("server", "LIST: cannot list the root job=%s error=\"%s\"; answering from "
+			 "memory", lj->c->job->name, strerror(-lj->root_error));
+	if (!lj->s3.cfg || lj->s3.current)
+		return;
 	if (s3_sync_list_steps(lj->s3.cfg, lj->s3.bucket, lj->s3.job_key, &lj->steps, &lj->n, err,
 			       sizeof(err)) < 0)
 		log_warn("server", "LIST: cannot list S3 job=%s error=\"%s\"", lj->c->job->name, err);
@@ -932,39 +943,43 @@ static void list_done(void *arg)
 	struct client *c = lj->c;
 
 	c->d->busy--;
-	if (!c->dead)
-		send_list(c, lj->seq, lj->steps, lj->n);
+	if (!c->dead) {
+		const uint64_t *base = lj->root_error < 0 ? c->job->committed : lj->root;
+		size_t n_base = lj->root_error < 0 ? c->job->n_committed : lj->n_root;
+		if (lj->s3.current)
+			send_list(c, lj->seq, base, n_base, lj->s3.steps, lj->s3.n_steps);
+		else
+			send_list(c, lj->seq, base, n_base, lj->steps, lj->n);
+	}
 	client_unref(c);
 	uploader_origin_free(&lj->s3);
 	free(lj->steps);
+	free(lj->root);
 	free(lj);
 }
 
 static void on_list(struct client *c, const struct ckpt_msg *m)
 {
 	struct daemon *d = c->d;
-	struct list_job *lj = d->uploader ? calloc(1, sizeof(*lj)) : NULL;
+	struct list_job *lj = calloc(1, sizeof(*lj));
 
-	if (lj && uploader_origin(d, c->job->name, &lj->s3) == 0 && lj->s3.current) {
-		/* The tier's view of the job is up to date: no request needed. */
-		send_list(c, m->seq, lj->s3.steps, lj->s3.n_steps);
-		uploader_origin_free(&lj->s3);
-		free(lj);
+	if (!lj) {
+		send_list(c, m->seq, c->job->committed, c->job->n_committed, NULL, 0);
 		return;
 	}
-	if (lj && lj->s3.cfg) {
-		lj->c = c;
-		lj->seq = m->seq;
-		c->refs++;
-		d->busy++;
-		if (workers_submit(d->workers, list_run, list_done, lj) == 0)
-			return;
-		c->refs--;
-		d->busy--;
-		uploader_origin_free(&lj->s3);
-	}
+	if (!d->uploader || uploader_origin(d, c->job->name, &lj->s3) < 0)
+		memset(&lj->s3, 0, sizeof(lj->s3));
+	lj->c = c;
+	lj->seq = m->seq;
+	c->refs++;
+	d->busy++;
+	if (workers_submit(d->workers, list_run, list_done, lj) == 0)
+		return;
+	c->refs--;
+	d->busy--;
+	uploader_origin_free(&lj->s3);
 	free(lj);
-	send_list(c, m->seq, NULL, 0);
+	send_list(c, m->seq, c->job->committed, c->job->n_committed, NULL, 0);
 }
 
 static void on_restore(struct client *c, const struct ckpt_msg *m)
@@ -983,6 +998,15 @@ static void on_restore(struct client *c, const struct ckpt_msg *m)
 	} else if (r < 0) {
 		send_error(c, m->seq, r, "restore: %s", strerror(-r));
 	}
+}
+
+static void on_restore_agreed(struct client *c, const struct ckpt_msg *m)
+{
+	const struct ckpt_msg_restore *rq = &m->u.restore;
+
+	if (!slot_ok(c, m, rq->slot))
+		return;
+	agree_request(c, rq->slot, rq->step, rq->flags, m->seq);
 }
 
 static void on_release(struct client *c, const struct ckpt_msg *m)
@@ -1059,6 +1083,9 @@ static void on_message(struct client *c, const struct ckpt_msg *m)
 		break;
 	case CKPT_MSG_STALL:
 		on_stall(c, m);
+		break;
+	case CKPT_MSG_RESTORE_AGREED:
+		on_restore_agreed(c, m);
 		break;
 	default:
 		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "unexpected %s from a client",
@@ -1380,6 +1407,9 @@ int server_run(struct ckptd_config *cfg)
 		int peer_ms = peer_poll_ms(d);
 		if (peer_ms >= 0 && (wait_ms < 0 || peer_ms < wait_ms))
 			wait_ms = peer_ms;
+		int agree_ms = agree_poll_ms(d);
+		if (agree_ms >= 0 && (wait_ms < 0 || agree_ms < wait_ms))
+			wait_ms = agree_ms;
 		int n = epoll_wait(d->epfd, evs, 64, wait_ms);
 		notify_watchdog_tick();
 		if (n < 0) {
@@ -1426,6 +1456,7 @@ int server_run(struct ckptd_config *cfg)
 		for (int i = 0; i < n; i++)
 			if (!is_tag(evs[i].data.ptr))
 				client_unref(evs[i].data.ptr);
+		agree_tick(d);
 	}
 	log_info("server", "stopped cleanly");
 	r = 0;
@@ -1440,6 +1471,8 @@ out:
 	 * which drop their client references. */
 	if (d->workers)
 		workers_destroy(d->workers);
+	/* After the workers: no restore attempt is still reading a slot. */
+	agree_fini(d);
 	peer_fini(d);
 	retain_fini(d);
 	/* After the workers: their last callbacks may still hand it parts. */

@@ -284,12 +284,20 @@ CKPT_EXPORT int ckpt_fd(const ckpt_ctx *ctx);
 
 /* ---- Listing ---------------------------------------------------------- */
 
-/* Newest committed step of the job: 0 with *step set, or -CKPT_E_NO_CHECKPOINT. */
+/*
+ * Newest committed step of the job: 0 with *step set, or -CKPT_E_NO_CHECKPOINT.
+ * ckptd answers from the checkpoint root's manifests (read when asked, not
+ * from its memory, which may lag on a node that missed a commit), plus the
+ * steps on S3 when its S3 tier is on: the same steps an agreed restore
+ * chooses from. That a step is listed does not mean every rank's shard of
+ * it verifies; only a restore reads the bytes.
+ */
 CKPT_EXPORT int ckpt_latest(ckpt_ctx *ctx, uint64_t *step);
 
 /*
- * Committed steps, oldest first. Writes at most `cap` to steps and returns
- * how many there are in all (which may exceed cap).
+ * Committed steps, oldest first (the same source as ckpt_latest()). Writes
+ * at most `cap` to steps and returns how many there are in all (which may
+ * exceed cap).
  */
 CKPT_EXPORT int ckpt_list(ckpt_ctx *ctx, uint64_t *steps, size_t cap);
 
@@ -301,16 +309,54 @@ enum ckpt_restore_flags {
 	/* Fail rather than fall back to an older step when `step` does not
 	 * verify. */
 	CKPT_RESTORE_EXACT = 1u << 0,
+	/* One step for the whole job: see "Agreed restore" below. The way
+	 * every rank of a job should restore. */
+	CKPT_RESTORE_AGREE = 1u << 1,
 };
 
 typedef struct ckpt_restore ckpt_restore;
 
 /*
  * Ask ckptd to read this rank's shard of `step` (or CKPT_STEP_LATEST) into
- * a slot and verify every chunk. If it does not verify, ckptd falls back to
- * the next older committed step unless CKPT_RESTORE_EXACT is given; then
- * ckpt_restore_warning() says why. On success *out holds a slot until
- * ckpt_restore_close().
+ * a slot and verify every chunk. On success *out holds a slot until
+ * ckpt_restore_close(); on failure *out is untouched.
+ *
+ * Agreed restore (flags & CKPT_RESTORE_AGREE; every rank of the job calls
+ * it with the same step and flags): every rank gets the same step, the
+ * newest committed one (at or below `step`) that every rank of the world
+ * can read and verify. Each rank's request joins the job's restore round
+ * in ckptd; each rank's shard of the candidate step is read and verified
+ * into its slot (no extra read for the agreement), and the outcomes are
+ * gathered by the job's coordinator (the node's ckptd, or node 0's in a
+ * multi-node group). The call returns once every rank has an outcome:
+ *  - every rank verified: 0, the same ckpt_restore_step() on every rank;
+ *  - a rank's shard is damaged (checksum, format, a missing file): that
+ *    step is marked bad for the job (logged, counted, and named in
+ *    ckpt_restore_warning() on every rank) and every rank moves to the
+ *    next older committed step; with CKPT_RESTORE_EXACT the call fails
+ *    instead (-CKPT_E_CORRUPT);
+ *  - a read error (EIO, EINTR, ENOMEM, a failed S3 fetch, ...) that
+ *    persists after ckptd's bounded retries: every rank fails with that
+ *    error (never a silent fallback to an older step);
+ *  - no committed step verifies: -CKPT_E_NO_CHECKPOINT (nothing
+ *    committed) or -CKPT_E_CORRUPT;
+ *  - a rank that does not ask within ckptd's restore_agree_timeout_ms of
+ *    the first: every rank that asked fails with -ETIMEDOUT, and the
+ *    error message (ckptd's log) names the missing ranks;
+ *  - a rank whose request disagrees with the round's (another step or
+ *    flags, another world size) or that asks twice: -EINVAL / -CKPT_E_BUSY
+ *    for it, and the round fails for the others.
+ * -EOPNOTSUPP: ckptd is too old to agree (nothing was restored).
+ * The candidates are the steps ckpt_list() reports, read from the root's
+ * manifests when the round starts. A round ends with its outcome; ranks
+ * asking after that start a new round.
+ *
+ * Without CKPT_RESTORE_AGREE (kept for compatibility; a single process
+ * that is the whole job may use it): this rank alone; if its shard of
+ * the step is damaged ckptd falls back to the next older committed step
+ * unless CKPT_RESTORE_EXACT is given, and ckpt_restore_warning() says
+ * why. Ranks of a job restoring this way may end up at different steps.
+ * A read error is retried, then returned; it never causes a fallback.
  */
 CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 				  ckpt_restore **out);

@@ -924,6 +924,16 @@ static void ctx_query(ckpt_ctx *ctx, uint64_t step, int timeout_ms)
 		ctx_drop(ctx, -CKPT_E_PROTOCOL, "unexpected reply to QUERY");
 }
 
+/*
+ * ckptd sends its features notice right after HELLO_OK, so it precedes the
+ * answer to any request: one round trip settles what this connection may
+ * send, even right after connecting.
+ */
+void ctx_settle_features(ckpt_ctx *ctx)
+{
+	ctx_query(ctx, 0, (int)ctx->handshake_timeout_ms);
+}
+
 CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_status *st)
 {
 	int64_t deadline;

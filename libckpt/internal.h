@@ -129,6 +129,8 @@ int ctx_send(ckpt_ctx *ctx, struct ckpt_msg *m);
  * timeout_ms < 0: no limit. Returns 0, -ETIMEDOUT or a connection error. */
 int ctx_await(ckpt_ctx *ctx, uint32_t seq, int timeout_ms, struct ckpt_msg *reply);
 /* Process whatever is readable without blocking. 0 or a connection error. */
+/* Make sure ckptd's features notice of this connection has been read. */
+void ctx_settle_features(ckpt_ctx *ctx);
 int ctx_drain(ckpt_ctx *ctx);
 /* Wait until a slot is SLOT_FREE, processing STATUS. Index or -errno. */
 int ctx_wait_free_slot(ckpt_ctx *ctx);

@@ -54,7 +54,7 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 	void *table_copy = NULL;
 	int r, slot;
 
-	if (!ctx || !out || (flags & ~(unsigned)CKPT_RESTORE_EXACT))
+	if (!ctx || !out || (flags & ~(unsigned)(CKPT_RESTORE_EXACT | CKPT_RESTORE_AGREE)))
 		return -EINVAL;
 	if (step != CKPT_STEP_LATEST && step > CKPT_STEP_MAX)
 		return -ERANGE;
@@ -63,10 +63,20 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 	if (r < 0)
 		goto out;
 	(void)ctx_drain(ctx);
+	if (ctx->fd >= 0 && (flags & CKPT_RESTORE_AGREE) && !(ctx->features & CKPT_FEATURE_AGREE))
+		ctx_settle_features(ctx);
 	if (ctx->fd < 0) {
 		r = -CKPT_E_DISCONNECTED;
 		goto out;
 	}
+	if ((flags & CKPT_RESTORE_AGREE) && !(ctx->features & CKPT_FEATURE_AGREE)) {
+		/* An older ckptd: its per-rank restore would not be the
+		 * agreement the caller asked for. */
+		r = -EOPNOTSUPP;
+		goto out;
+	}
+	if (flags & CKPT_RESTORE_AGREE)
+		m.type = CKPT_MSG_RESTORE_AGREED;
 	slot = ctx_find_free_slot(ctx);
 	if (slot < 0)
 		slot = ctx_wait_free_slot(ctx);
@@ -86,8 +96,9 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 			ctx->slots[slot] = SLOT_FREE;
 		goto out;
 	}
-	/* Reading and verifying a shard may take seconds; no timeout, but a
-	 * disconnect ends the wait. */
+	/* Reading and verifying a shard may take seconds (and an agreed
+	 * restore waits for every rank of the job; ckptd bounds that wait):
+	 * no timeout here, but a disconnect ends the wait. */
 	r = ctx_await(ctx, m.seq, -1, &reply);
 	if (r < 0)
 		goto out;

@@ -145,6 +145,8 @@ enum ckpt_msg_type {
 	CKPT_MSG_ERROR = 13,      /* d->c */
 	CKPT_MSG_BYE = 14,        /* c->d */
 	CKPT_MSG_STALL = 15,      /* c->d: a save's stall; only if the features notice says "stall" */
+	CKPT_MSG_RESTORE_AGREED = 16, /* c->d: RESTORE's body, one step for the whole job; only if
+				       * the features notice says "agree" */
 };
 
 #define CKPT_HELLO_F_SKIP_POLICY 1u   /* HELLO_OK.flags: backpressure is "skip" */
@@ -251,7 +253,7 @@ struct ckpt_msg {
 		struct ckpt_msg_status status;
 		struct ckpt_msg_step step;      /* SKIP, QUERY */
 		struct ckpt_msg_list_ok list_ok;
-		struct ckpt_msg_restore restore;
+		struct ckpt_msg_restore restore; /* RESTORE, RESTORE_AGREED */
 		struct ckpt_msg_restore_ok restore_ok;
 		struct ckpt_msg_release release;
 		struct ckpt_msg_error error;
@@ -280,7 +282,8 @@ const char *ckpt_msg_type_name(uint32_t type);
  * connection whose notice named it.
  */
 #define CKPT_FEATURE_STALL 1u   /* token "stall": the client may send STALL */
-#define CKPT_FEATURES_KNOWN CKPT_FEATURE_STALL
+#define CKPT_FEATURE_AGREE 2u   /* token "agree": the client may send RESTORE_AGREED */
+#define CKPT_FEATURES_KNOWN (CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE)
 
 /* Fill *m with the notice for `features` (bits not known are left out). */
 void ckpt_msg_features_notice(struct ckpt_msg *m, uint32_t features);

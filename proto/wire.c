@@ -172,6 +172,7 @@ static int encode_body(const struct ckpt_msg *m, struct wr *w)
 		break;
 	}
 	case CKPT_MSG_RESTORE:
+	case CKPT_MSG_RESTORE_AGREED:
 		wr_u64(w, m->u.restore.step);
 		wr_u32(w, m->u.restore.slot);
 		wr_u32(w, m->u.restore.flags);
@@ -329,6 +330,7 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 		return r->ok && (b->count == b->total || b->count == CKPT_LIST_MAX);
 	}
 	case CKPT_MSG_RESTORE:
+	case CKPT_MSG_RESTORE_AGREED:
 		out->u.restore.step = rd_u64(r);
 		out->u.restore.slot = rd_u32(r);
 		out->u.restore.flags = rd_u32(r);
@@ -455,6 +457,7 @@ const char *ckpt_msg_type_name(uint32_t type)
 		[CKPT_MSG_ERROR] = "ERROR",
 		[CKPT_MSG_BYE] = "BYE",
 		[CKPT_MSG_STALL] = "STALL",
+		[CKPT_MSG_RESTORE_AGREED] = "RESTORE_AGREED",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -469,6 +472,7 @@ static const struct {
 	const char *token;
 } feature_tokens[] = {
 	{ CKPT_FEATURE_STALL, "stall" },
+	{ CKPT_FEATURE_AGREE, "agree" },
 };
 #define FEATURE_TOKEN_MAX 32
 

@@ -784,16 +784,24 @@ static void save_sync(struct trainer *t)
 		say("ckpt step %" PRIu64 " committed (sync, %.1f ms)", t->step, (now_s() - t0) * 1e3);
 }
 
-/* Restore this rank's state of `step`; 0 or a negative error, *why set. */
-static int restore_step(struct trainer *t, uint64_t step, char *why, size_t whylen)
+/*
+ * Restore this rank's state of `step` (or CKPT_STEP_LATEST) with `flags`;
+ * 0 or a negative error, *why set. The step restored is the blob's.
+ */
+static int restore_step(struct trainer *t, uint64_t want_step, unsigned flags, char *why,
+			size_t whylen)
 {
 	ckpt_restore *rs = NULL;
 	struct train_blob b, want;
-	int r = ckpt_restore_open(t->ck, step, CKPT_RESTORE_EXACT, &rs);
+	int r = ckpt_restore_open(t->ck, want_step, flags, &rs);
 	if (r < 0) {
 		snprintf(why, whylen, "open: %s", ckpt_strerror(r));
 		return r;
 	}
+	uint64_t step = ckpt_restore_step(rs);
+	if (ckpt_restore_warning(rs))
+		say("resume: rank %d restores step %" PRIu64 ": %s", t->rank, step,
+		    ckpt_restore_warning(rs));
 	size_t n = t->len * sizeof(float);
 	if (t->gpu) {
 		/* Straight from the arena to the device. */
@@ -853,11 +861,22 @@ out:
 	return r;
 }
 
+static void gather_params(struct trainer *t)
+{
+	if (t->gpu) {
+		if (gpu_gather_params(t->gpu) < 0)
+			die("resume: %s", gpu_error(t->gpu));
+	} else {
+		MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts, t->displs,
+			       MPI_FLOAT, MPI_COMM_WORLD);
+	}
+}
+
 /*
- * Every rank must resume from the same step: rank 0 chooses candidates
- * (newest first), all try each; the first that every rank restores wins.
+ * For a ckptd without agreed restores: rank 0 chooses candidates (newest
+ * first), all try each; the first that every rank restores wins.
  */
-static void resume(struct trainer *t)
+static void resume_by_candidates(struct trainer *t)
 {
 	enum { MAX_CAND = 16 };
 	uint64_t cand[MAX_CAND] = {0};
@@ -882,7 +901,8 @@ static void resume(struct trainer *t)
 	MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
 	MPI_Bcast(cand, MAX_CAND, MPI_UINT64_T, 0, MPI_COMM_WORLD);
 	for (int i = 0; i < n; i++) {
-		int r = t->ck ? restore_step(t, cand[i], why, sizeof(why)) : -CKPT_E_DISCONNECTED;
+		int r = t->ck ? restore_step(t, cand[i], CKPT_RESTORE_EXACT, why, sizeof(why))
+			      : -CKPT_E_DISCONNECTED;
 		if (!t->ck)
 			snprintf(why, sizeof(why), "not connected to ckptd");
 		int ok = r == 0, all_ok;
@@ -890,13 +910,7 @@ static void resume(struct trainer *t)
 			say("resume: rank %d cannot restore step %" PRIu64 ": %s", t->rank, cand[i], why);
 		MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
 		if (all_ok) {
-			if (t->gpu) {
-				if (gpu_gather_params(t->gpu) < 0)
-					die("resume: %s", gpu_error(t->gpu));
-			} else {
-				MPI_Allgatherv(t->master, (int)t->len, MPI_FLOAT, t->params, t->counts,
-					       t->displs, MPI_FLOAT, MPI_COMM_WORLD);
-			}
+			gather_params(t);
 			if (t->rank == 0)
 				say("resumed from step %" PRIu64, t->step);
 			return;
@@ -907,6 +921,48 @@ static void resume(struct trainer *t)
 		    "start fresh with --no-resume");
 	if (t->rank == 0)
 		say("no checkpoint of job %s: starting fresh", t->o.job);
+}
+
+/*
+ * Every rank must resume from the same step: ckptd's agreed restore gives
+ * every rank the newest committed step that all of them can read and
+ * verify (or the same error). What is left to check here is the trainer's
+ * own blob (model shape, world, data), which no fallback would fix.
+ */
+static void resume(struct trainer *t)
+{
+	enum { OK = 0, NONE = 1, OLD_CKPTD = 2, FAILED = 3 };
+	uint64_t want = t->o.resume_step ? t->o.resume_step : CKPT_STEP_LATEST;
+	unsigned flags = CKPT_RESTORE_AGREE | (t->o.resume_step ? CKPT_RESTORE_EXACT : 0);
+	char why[300] = "not connected to ckptd";
+	int r = t->ck ? restore_step(t, want, flags, why, sizeof(why)) : -CKPT_E_DISCONNECTED;
+	int code = r == 0 ? OK : r == -CKPT_E_NO_CHECKPOINT ? NONE : r == -EOPNOTSUPP ? OLD_CKPTD
+		 : FAILED;
+	int worst, best;
+
+	MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	MPI_Allreduce(&code, &best, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+	if (worst == OK) {
+		gather_params(t);
+		if (t->rank == 0)
+			say("resumed from step %" PRIu64, t->step);
+		return;
+	}
+	if (best == OLD_CKPTD && worst == OLD_CKPTD) {
+		if (t->rank == 0)
+			say("resume: ckptd cannot agree on a step; choosing one across ranks");
+		resume_by_candidates(t);
+		return;
+	}
+	if (code != OK)
+		say("resume: rank %d: %s", t->rank, why);
+	if (best == NONE && worst == NONE && !t->o.resume_step) {
+		if (t->rank == 0)
+			say("no checkpoint of job %s: starting fresh", t->o.job);
+		return;
+	}
+	die("no committed checkpoint could be restored by every rank; "
+	    "start fresh with --no-resume");
 }
 
 static void dump_state(const struct trainer *t)

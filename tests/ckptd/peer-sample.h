@@ -94,6 +94,14 @@ static inline void peer_sample(struct peer_msg *m, enum peer_type type)
 		m->status = -ENOTCONN;
 		strcpy(m->reason, "node 0 unreachable");
 		break;
+	case PEER_AGREE_JOIN:
+		m->status = 1; /* RESTORE flags: EXACT */
+		break;
+	case PEER_AGREE_REPORT:
+	case PEER_AGREE_DONE:
+		m->status = -EIO;
+		strcpy(m->reason, "reading step-0000004200/rank-000005.shard: Input/output error");
+		break;
 	default:
 		break;
 	}

@@ -674,10 +674,53 @@ static void test_names(void)
 		CHECK(peer_type_name(t) && strcmp(peer_type_name(t), "unknown") != 0);
 }
 
+/* Agreed restore: which step and status each AGREE_* type may carry. */
+static void test_agree(void)
+{
+	struct peer_msg m;
+
+	peer_sample(&m, PEER_AGREE_JOIN);
+	m.step = CKPT_NO_STEP;
+	GOOD(&m, "JOIN for the newest step");
+	m.status = 0;
+	GOOD(&m, "JOIN without flags");
+	m.status = 2;
+	BAD(&m, "JOIN with an unknown flag");
+	m.status = -1;
+	BAD(&m, "JOIN with a negative status");
+
+	peer_sample(&m, PEER_AGREE_TRY);
+	m.step = CKPT_NO_STEP;
+	BAD(&m, "TRY without a step");
+	peer_sample(&m, PEER_AGREE_TRY);
+	m.status = -5;
+	BAD(&m, "TRY with a status");
+
+	peer_sample(&m, PEER_AGREE_REPORT);
+	m.status = 0;
+	GOOD(&m, "REPORT verified");
+	m.status = 1;
+	BAD(&m, "REPORT with a positive status");
+	m.step = CKPT_NO_STEP;
+	m.status = -5;
+	BAD(&m, "REPORT without a step");
+
+	peer_sample(&m, PEER_AGREE_DONE);
+	m.step = CKPT_NO_STEP;
+	GOOD(&m, "DONE of a failed round names no step");
+	m.status = 0;
+	BAD(&m, "DONE of a successful round without a step");
+	m.step = 40;
+	GOOD(&m, "DONE with the agreed step");
+	m.status = 3;
+	BAD(&m, "DONE with a positive status");
+}
+
 int main(void)
 {
 	test_names();
 	test_round_trip();
+	test_agree();
 	test_keys();
 	test_bit_flips();
 	test_truncation();

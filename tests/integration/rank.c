@@ -54,6 +54,8 @@ struct opts {
 	const char *restore;       /* "latest" or a step number */
 	uint64_t expect_step;      /* CKPT_STEP_LATEST: not checked */
 	bool expect_fallback;
+	bool agree;                /* --agree: CKPT_RESTORE_AGREE */
+	bool expect_restore_error; /* the restore must fail */
 	unsigned sleep_between_ms;
 	bool reconnect_loop;
 	const char *stop_file;
@@ -66,6 +68,7 @@ struct opts {
 	uint64_t scribble_step;    /* --scribble-step: write into the slot after finish */
 	uint64_t gate_step;        /* --gate STEP:PATH */
 	const char *gate_file;
+	const char *latest_after;  /* --latest-after PATH: print ckpt_latest once PATH exists */
 };
 
 static struct opts o;
@@ -726,9 +729,16 @@ static int run_restore(ckpt_ctx *ctx)
 			return 2;
 		}
 	}
-	r = ckpt_restore_open(ctx, want, 0, &rs);
+	r = ckpt_restore_open(ctx, want, o.agree ? CKPT_RESTORE_AGREE : 0, &rs);
 	if (r < 0) {
-		say("restore %s: ckpt_restore_open: %s (%d)", o.restore, ckpt_strerror(r), r);
+		say("restore %s: ckpt_restore_open: %s (%d)%s", o.restore, ckpt_strerror(r), r,
+		    o.expect_restore_error ? " (as expected)" : "");
+		return o.expect_restore_error ? 0 : 1;
+	}
+	if (o.expect_restore_error) {
+		say("restore %s: restored step %" PRIu64 ", expected an error", o.restore,
+		    ckpt_restore_step(rs));
+		ckpt_restore_close(rs);
 		return 1;
 	}
 	step = ckpt_restore_step(rs);
@@ -836,6 +846,32 @@ static int run_restore(ckpt_ctx *ctx)
 	return bad;
 }
 
+/* --latest-after PATH: connected (so ckptd knows the job), wait for PATH,
+ * then print what ckpt_latest and ckpt_list say. */
+static int run_latest(ckpt_ctx *ctx)
+{
+	double deadline = now_ms() + o.timeout_ms;
+	uint64_t latest = 0, steps[64];
+	int r, n;
+
+	while (access(o.latest_after, F_OK) != 0) {
+		if (now_ms() > deadline) {
+			say("%s did not appear within %d ms", o.latest_after, o.timeout_ms);
+			return 1;
+		}
+		sleep_ms(20);
+	}
+	r = ckpt_latest(ctx, &latest);
+	n = ckpt_list(ctx, steps, 64);
+	if (r < 0 || n < 0) {
+		say("ckpt_latest: %s, ckpt_list: %s", ckpt_strerror(r), ckpt_strerror(n));
+		return 1;
+	}
+	say("latest %" PRIu64 ", %d committed steps, newest listed %" PRIu64, latest, n,
+	    n > 0 ? steps[(n < 64 ? n : 64) - 1] : 0);
+	return 0;
+}
+
 /* ---- command line -------------------------------------------------------- */
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -902,6 +938,9 @@ static void usage(FILE *f)
 		"  --wait                 wait for each step's outcome and require COMMITTED\n"
 		"  --timeout-ms MS        per outcome/restore/reconnect (default 60000)\n"
 		"  --restore latest|STEP [--expect-step N] [--expect-fallback]\n"
+		"  --agree                restore one step for the whole job (CKPT_RESTORE_AGREE)\n"
+		"  --expect-restore-error the restore must fail (its error is printed)\n"
+		"  --latest-after PATH    once PATH exists, print ckpt_latest and ckpt_list\n"
 		"  --sleep-between-ms MS  pause between saves\n"
 		"  --reconnect-loop       keep saving through ckptd restarts\n"
 		"  --stop-file PATH       stop saving once PATH exists\n"
@@ -919,7 +958,8 @@ enum {
 	OPT_EVERY, OPT_COUNT, OPT_TENSORS, OPT_MIN, OPT_MAX, OPT_BLOB, OPT_WAIT, OPT_TIMEOUT,
 	OPT_RESTORE, OPT_EXPECT_STEP, OPT_EXPECT_FALLBACK, OPT_SLEEP, OPT_RECONNECT,
 	OPT_STOP_FILE, OPT_ACCEPT_SKIPPED, OPT_ACCEPT_ABORTED, OPT_EXPECT_FAIL, OPT_DIE_STEP,
-	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE, OPT_SCRIBBLE,
+	OPT_DIE_WHEN, OPT_CONNECT_TIMEOUT, OPT_HELP, OPT_GATE, OPT_SCRIBBLE, OPT_AGREE,
+	OPT_EXPECT_RESTORE_ERROR, OPT_LATEST_AFTER,
 };
 
 static const struct option long_opts[] = {
@@ -953,6 +993,9 @@ static const struct option long_opts[] = {
 	{ "help", no_argument, NULL, OPT_HELP },
 	{ "gate", required_argument, NULL, OPT_GATE },
 	{ "scribble-step", required_argument, NULL, OPT_SCRIBBLE },
+	{ "agree", no_argument, NULL, OPT_AGREE },
+	{ "expect-restore-error", no_argument, NULL, OPT_EXPECT_RESTORE_ERROR },
+	{ "latest-after", required_argument, NULL, OPT_LATEST_AFTER },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -995,6 +1038,9 @@ int main(int argc, char **argv)
 		case OPT_RESTORE: o.restore = a; break;
 		case OPT_WAIT: o.wait = true; break;
 		case OPT_EXPECT_FALLBACK: o.expect_fallback = true; break;
+		case OPT_AGREE: o.agree = true; break;
+		case OPT_EXPECT_RESTORE_ERROR: o.expect_restore_error = true; break;
+		case OPT_LATEST_AFTER: o.latest_after = a; break;
 		case OPT_RECONNECT: o.reconnect_loop = true; break;
 		case OPT_STOP_FILE: o.stop_file = a; break;
 		case OPT_ACCEPT_SKIPPED: o.accept_skipped = true; break;
@@ -1094,7 +1140,9 @@ bad:
 		ckpt_close(ctx);
 		return 1;
 	}
-	if (o.restore)
+	if (o.latest_after)
+		ret = run_latest(ctx);
+	else if (o.restore)
 		ret = run_restore(ctx);
 	else
 		ret = run_saves(&ctx);

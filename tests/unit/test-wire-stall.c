@@ -128,14 +128,14 @@ static void test_notice(void)
 	ssize_t n;
 
 	ckpt_msg_features_notice(&m, CKPT_FEATURES_KNOWN | 0x80000000u);
-	CHECK(strcmp(m.u.status.reason, "stall") == 0);
+	CHECK(strcmp(m.u.status.reason, "stall agree") == 0);
 	CHECK(ckpt_msg_is_features_notice(&m));
 	/* An ordinary STATUS to the decoder, so v1 clients accept it. */
 	n = ckpt_msg_encode(&m, buf, sizeof(buf));
 	CHECK(n > 0);
 	CHECK_EQ(ckpt_msg_decode(buf, (size_t)n, &out), 0);
 	CHECK(ckpt_msg_is_features_notice(&out));
-	CHECK_EQ(ckpt_features_parse(out.u.status.reason), CKPT_FEATURE_STALL);
+	CHECK_EQ(ckpt_features_parse(out.u.status.reason), CKPT_FEATURES_KNOWN);
 
 	ckpt_msg_features_notice(&m, 0);
 	CHECK(strcmp(m.u.status.reason, "") == 0);
@@ -176,6 +176,37 @@ static void test_notice(void)
 	CHECK_EQ(ckpt_features_parse("STALL"), 0);
 	CHECK_EQ(ckpt_features_parse("stall,x"), 0);
 	CHECK_EQ(ckpt_features_parse("stall\tx"), 0);
+	CHECK_EQ(ckpt_features_parse("agree"), CKPT_FEATURE_AGREE);
+	CHECK_EQ(ckpt_features_parse("stall agree"), CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE);
+	CHECK_EQ(ckpt_features_parse("agreed"), 0);
+}
+
+/* RESTORE_AGREED (16): RESTORE's body and checks, its own type. */
+static void test_restore_agreed(void)
+{
+	struct ckpt_msg m, out;
+	ssize_t n;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_RESTORE_AGREED;
+	m.seq = 9;
+	m.u.restore.step = CKPT_NO_STEP;
+	m.u.restore.slot = 1;
+	m.u.restore.flags = CKPT_RESTORE_F_EXACT;
+	n = ckpt_msg_encode(&m, buf, sizeof(buf));
+	CHECK_EQ(n, 16 + 16);
+	CHECK_EQ(buf[6], 16);
+	CHECK_EQ(ckpt_msg_decode(buf, (size_t)n, &out), 0);
+	CHECK_EQ(out.type, CKPT_MSG_RESTORE_AGREED);
+	CHECK(out.u.restore.step == CKPT_NO_STEP && out.u.restore.slot == 1 &&
+	      out.u.restore.flags == CKPT_RESTORE_F_EXACT);
+	CHECK(strcmp(ckpt_msg_type_name(CKPT_MSG_RESTORE_AGREED), "RESTORE_AGREED") == 0);
+	m.u.restore.flags = 2;
+	CHECK_EQ(ckpt_msg_encode(&m, buf, sizeof(buf)), -EINVAL);
+	m.u.restore.flags = 0;
+	m.u.restore.slot = CKPT_NO_SLOT;
+	CHECK_EQ(ckpt_msg_encode(&m, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(ckpt_msg_fd_count(CKPT_MSG_RESTORE_AGREED), 0);
 }
 
 int main(void)
@@ -183,5 +214,6 @@ int main(void)
 	test_bytes();
 	test_values();
 	test_notice();
+	test_restore_agreed();
 	return check_result("test-wire-stall");
 }

@@ -339,7 +339,7 @@ int peer_decode(const uint8_t *buf, size_t len, const uint8_t *key, size_t keyle
 		if (m->step == CKPT_NO_STEP && m->h.type != PEER_AGREE_JOIN &&
 		    !(m->h.type == PEER_AGREE_DONE && m->status < 0))
 			return fail(err, errlen, -EBADMSG, "%s without a step", peer_type_name(m->h.type));
-		if (m->step > CKPT_STEP_MAX)
+		if (m->step > CKPT_STEP_MAX && m->step != CKPT_NO_STEP)
 			return fail(err, errlen, -EBADMSG, "%s of step %llu: step numbers are 0..%llu",
 				    peer_type_name(m->h.type), (unsigned long long)m->step,
 				    CKPT_STEP_MAX);

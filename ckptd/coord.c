@@ -143,10 +143,15 @@ static void trash_run(void *arg)
 	struct daemon *d = arg;
 	char **names = NULL;
 	size_t n = 0;
-	int fd = dup(d->trash_fd);
+	/* A fresh open, not dup(): a dup shares trash_fd's directory offset,
+	 * which the first listing leaves at the end, so every later listing
+	 * found nothing and the trash only emptied at the next start. */
+	int fd = openat(d->trash_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (fd < 0) {
+		log_warn("retention", "cannot list .trash: %s", strerror(errno));
 		return;
+	}
 	DIR *dir = fdopendir(fd);
 	if (!dir) {
 		close(fd);

@@ -58,6 +58,8 @@ enum metric_id {
 	M_RESTORE_BYTES_TOTAL,        /* {ckpt_job, tier=partner|root|s3} */
 	M_PARTNER_BYTES,              /* partner copies held here */
 	M_PARTNER_COPIES_TOTAL,       /* {outcome=sent|received|refused|failed} */
+	M_ROOT_HELD_FOR_S3_STEPS,     /* {ckpt_job}: root retention kept them for S3 */
+	M_S3_VERIFY_FAILURES_TOTAL,   /* {ckpt_job}: an upload read bytes that did not verify */
 	M__COUNT
 };
 

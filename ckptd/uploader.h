@@ -37,8 +37,18 @@ int uploader_fd(const struct daemon *d);
 void uploader_dispatch(struct daemon *d);
 /* A step of job committed in the root. */
 void uploader_committed(struct daemon *d, const char *job, uint64_t step);
-/* Whether root retention must keep the step (still to be uploaded). */
+/*
+ * Whether root retention must keep the step: with S3 configured, every
+ * step that S3 has not confirmed (uploaded and verified by this ckptd, or
+ * found there with matching digests), unless S3 would not keep it anyway
+ * (s3_keep_last verified newer steps). Before the job's first scan
+ * succeeds, or while the tier is not running, every step is kept.
+ */
 bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step);
+/* Root retention kept `held` steps past keep_last for S3, the oldest
+ * `oldest`: metric, and a warning and event once per episode (until
+ * held is 0 again). */
+void uploader_retention_held(struct daemon *d, const char *job, size_t held, uint64_t oldest);
 /*
  * Where a restore worker finds the job on S3: the tier's configuration
  * (valid while ckptd runs), bucket, the job's key prefix and the steps

@@ -305,6 +305,9 @@ static void retention_apply(struct job *job)
 			removal_start(job, NULL, step, true);
 	}
 	/* Steps past keep_last that wait for S3: reported, never dropped. */
+	size_t excess = job->n_committed > keep ? job->n_committed - keep : 0;
+	if (held > excess)
+		held = excess;
 	uploader_retention_held(job->d, job->name, held, oldest_held);
 }
 

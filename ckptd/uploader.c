@@ -545,6 +545,10 @@ static void task_failed(struct task *t)
 		u->head = t;
 	u->tail = t;
 	arm_retry_timer(u);
+	/* S3's state stays unknown: count (and report) what the root keeps
+	 * for it, once per episode. */
+	if (t->kind == TASK_SCAN && !t->job->held)
+		coord_retention_recheck(u->d, t->job->name);
 	pump(u);
 }
 

@@ -62,7 +62,7 @@ check_prefix() {
 		"$T/ckptd-d.log" || fail "$p: no verification failure logged for step 20"
 	[ "$(metric 'ckpt_s3_verify_failures_total{ckpt_job="v"}')" -ge 1 ] 2>/dev/null ||
 		fail "$p: verify failures not counted"
-	grep -q "s3: upload failed job=v step=20 .*verification failed" "$T/ckptd-d.log" ||
+	wait_s3 10 grep -q "s3: upload failed job=v step=20 .*verification failed" "$T/ckptd-d.log" ||
 		fail "$p: the failed upload of step 20 is not reported"
 	s3_has "$(s3_step_key "$p" v 20 MANIFEST.json)" && fail "$p: step 20 counts as on S3 with a corrupt shard"
 	grep -q "uploaded job=v step=20" "$T/ckptd-d.log" && fail "$p: step 20 logged as uploaded"
@@ -82,6 +82,23 @@ ckptd_start d "$ROOT" "${S3[@]}" --s3-url "s3://$S3_BUCKET/raw"
 check_prefix raw
 grep -q "object in S3 is not this step's, sending it again job=v step=30 object=rank-000000.shard" \
 	"$T/ckptd-d.log" || fail "raw: the foreign object of step 30 was not replaced"
+ckptd_stop d
+# Each object records the index it was made from (x-amz-meta-ckpt-index-sha256).
+want=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["ranks"][0]["index_sha256"])' \
+	"$(stepdir "$JOB" 30)/MANIFEST.json") || fail "no index_sha256 in the manifest"
+for o in rank-000000.shard rank-000000.index; do
+	got=$(aws3 s3api head-object --bucket "$S3_BUCKET" --key "$(s3_step_key raw v 30 $o)" \
+		--query 'Metadata."ckpt-index-sha256"' --output text)
+	[ "$got" = "$want" ] || fail "raw: $o records index $got, the manifest $want"
+done
+# After a restart S3 is confirmed again: step 30's objects match and are
+# not sent again.
+: >"$T/ckptd-d.log"
+ckptd_start d "$ROOT" "${S3[@]}" --s3-url "s3://$S3_BUCKET/raw"
+wait_s3 60 grep -q "uploaded job=v step=30" "$T/ckptd-d.log" || fail "raw: step 30 not confirmed after a restart"
+grep -q "not this step's.*step=30" "$T/ckptd-d.log" && fail "raw: step 30's own objects were not recognised"
+sent=$(sed -n 's/.*uploaded job=v step=30 .* sent=\([0-9]*\) .*/\1/p' "$T/ckptd-d.log")
+[ "$sent" -lt 100000 ] || fail "raw: step 30 was sent again ($sent bytes)"
 ckptd_stop d
 : >"$T/ckptd-d.log"
 ckptd_start d "$ROOT" "${S3[@]}" --s3-url "s3://$S3_BUCKET/zst" --s3-compress zstd

@@ -15,9 +15,18 @@
  * are reused, and multipart uploads under the job's prefix that belong to
  * no step still to upload are aborted.
  *
- * Retention: S3 keeps the newest s3_keep_last committed steps of each job
- * and every step that is a multiple of s3_keep_every; the root's retention
- * never removes a step that is still to be uploaded (uploader_pinned).
+ * Verification: an upload checks each rank's index against the manifest
+ * (size, SHA-256) and every chunk of the shard against the index (CRC-32C)
+ * as the worker threads read it; a mismatch fails the step's upload. Shard
+ * and index objects record the index digest (S3_META_INDEX_SHA256); an
+ * object already in S3 counts only if it matches.
+ *
+ * Retention: S3 keeps the newest s3_keep_last *confirmed* steps of each
+ * job (uploaded and verified by this ckptd) and every multiple of
+ * s3_keep_every; the root's retention keeps every step S3 has not
+ * confirmed (uploader_pinned), reporting the backlog
+ * (uploader_retention_held). Confirmation is rebuilt after each start by
+ * uploading again what S3 lists but this ckptd has not confirmed.
  */
 #ifndef CKPTD_UPLOADER_H
 #define CKPTD_UPLOADER_H

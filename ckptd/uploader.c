@@ -690,7 +690,10 @@ static void scan_plan(struct task *t)
 		root = NULL;
 		n_root = 0;
 	}
-	all = calloc(n_root + j->n_s3 + 1, sizeof(*all));
+	/* What the policy weighs: the root's steps and the confirmed ones.
+	 * Steps S3 merely lists (say, of an earlier run with higher step
+	 * numbers) must not keep the root's newest from going up. */
+	all = calloc(n_root + j->n_verified + 1, sizeof(*all));
 	if (!all) {
 		free(root);
 		task_fail(t, -ENOMEM, "out of memory");
@@ -699,9 +702,9 @@ static void scan_plan(struct task *t)
 	size_t n_all = 0;
 	for (size_t i = 0; i < n_root; i++)
 		all[n_all++] = root[i];
-	for (size_t i = 0; i < j->n_s3; i++)
-		if (!steps_has(root, n_root, j->s3_steps[i]))
-			all[n_all++] = j->s3_steps[i];
+	for (size_t i = 0; i < j->n_verified; i++)
+		if (!steps_has(root, n_root, j->verified[i]))
+			all[n_all++] = j->verified[i];
 	/* In a multi-node group the leader uploads, deletes and aborts; the
 	 * others only keep S3's view for their restores. */
 	bool leader = coord_is_leader(u->d);
@@ -2184,12 +2187,12 @@ void uploader_committed(struct daemon *d, const char *job, uint64_t step)
 		task_new(u, TASK_UPLOAD, j, step);
 		/* Older steps still waiting that retention would no longer keep
 		 * on S3 are not worth sending. */
-		uint64_t *all = calloc(j->n_s3 + 64, sizeof(*all));
+		uint64_t *all = calloc(j->n_verified + 64, sizeof(*all));
 		size_t n = 0;
 		if (all) {
-			for (size_t i = 0; i < j->n_s3; i++)
-				all[n++] = j->s3_steps[i];
-			for (struct task *t = u->head; t && n < j->n_s3 + 64; t = t->next)
+			for (size_t i = 0; i < j->n_verified; i++)
+				all[n++] = j->verified[i];
+			for (struct task *t = u->head; t && n < j->n_verified + 64; t = t->next)
 				if (t->kind == TASK_UPLOAD && t->job == j)
 					all[n++] = t->step;
 			for (struct task *t = u->head, *next; t; t = next) {

@@ -209,6 +209,8 @@ void slots_watch(struct client *c);
 
 /* coord.c */
 int coord_recover(struct daemon *d);
+/* Apply root retention to job `name` again (S3 confirmed steps of it). */
+void coord_retention_recheck(struct daemon *d, const char *name);
 /* Delete what waits in the trash, in a worker. */
 void coord_trash_empty(struct daemon *d);
 /*

@@ -261,7 +261,7 @@ static const struct config_option options[] = {
 		.arg = "LIST", .help = "events sent to the webhook",
 		.description =
 			"Events sent to webhook_url, separated by commas: committed,\n"
-			"failed, skipped, s3_failed, stall, peer_lost, or all.",
+			"failed, skipped, s3_failed, s3_backlog, stall, peer_lost, or all.",
 		.offset = FIELD(webhook_events),
 	},
 	{

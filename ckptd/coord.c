@@ -146,10 +146,15 @@ static void trash_run(void *arg)
 	struct daemon *d = arg;
 	char **names = NULL;
 	size_t n = 0;
-	int fd = dup(d->trash_fd);
+	/* A fresh open, not dup(): a dup shares trash_fd's directory offset,
+	 * which the first listing leaves at the end, so every later listing
+	 * found nothing and the trash only emptied at the next start. */
+	int fd = openat(d->trash_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (fd < 0) {
+		log_warn("retention", "cannot list .trash: %s", strerror(errno));
 		return;
+	}
 	DIR *dir = fdopendir(fd);
 	if (!dir) {
 		close(fd);
@@ -310,12 +315,21 @@ static void removal_start(struct job *job, struct step *st, uint64_t step, bool 
 static void retention_apply(struct job *job)
 {
 	uint32_t keep = job->d->cfg->keep_last;
+	uint64_t oldest_held = 0;
+	size_t held = 0;
 
 	if (keep == 0)
 		return;
-	/* Oldest first; never the newest, never one being restored. */
+	/* Oldest first; never the newest, never one being restored, never
+	 * one that S3 has not confirmed (uploader_pinned: unknown keeps). */
 	for (size_t i = 0; job->n_committed > keep && i + 1 < job->n_committed;) {
-		if (job->restore_pins[i] || uploader_pinned(job->d, job->name, job->committed[i])) {
+		if (job->restore_pins[i]) {
+			i++;
+			continue;
+		}
+		if (uploader_pinned(job->d, job->name, job->committed[i])) {
+			if (held++ == 0)
+				oldest_held = job->committed[i];
 			i++;
 			continue;
 		}
@@ -325,6 +339,29 @@ static void retention_apply(struct job *job)
 		if (coord_is_leader(job->d))
 			removal_start(job, NULL, step, true);
 	}
+	/* Steps past keep_last that wait for S3: reported, never dropped. */
+	size_t excess = job->n_committed > keep ? job->n_committed - keep : 0;
+	if (held > excess)
+		held = excess;
+	uploader_retention_held(job->d, job->name, held, oldest_held);
+}
+
+void coord_retention_recheck(struct daemon *d, const char *name)
+{
+	struct job *job = job_get(d, name, false);
+
+	if (!job) {
+		/* No rank is connected: load it for this pass; it goes again
+		 * once its removals are done. */
+		struct stat sb;
+		if (fstatat(d->root_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(sb.st_mode))
+			return;
+		job = job_get(d, name, true);
+		if (!job)
+			return;
+	}
+	retention_apply(job);
+	job_release(job);
 }
 
 /* ---- Jobs: ownership, takeover, release ----------------------------- */

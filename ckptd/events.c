@@ -52,6 +52,7 @@ static const char *const kind_names[EVENT__COUNT] = {
 	[EVENT_S3_FAILED] = "s3_failed",
 	[EVENT_STALL] = "stall",
 	[EVENT_PEER_LOST] = "peer_lost",
+	[EVENT_S3_BACKLOG] = "s3_backlog",
 };
 
 static struct {
@@ -97,7 +98,7 @@ int events_parse_list(const char *text, unsigned *mask, char *err, size_t errlen
 			if (k == EVENT__COUNT) {
 				snprintf(err, errlen,
 					 "unknown event '%.*s' (expected all, committed, failed, "
-					 "skipped, s3_failed, stall or peer_lost)", (int)len, p);
+					 "skipped, s3_failed, s3_backlog, stall or peer_lost)", (int)len, p);
 				return -EINVAL;
 			}
 			m |= 1u << k;
@@ -295,6 +296,18 @@ void events_s3_upload_failed(const char *job, uint64_t step, unsigned attempts,
 	emit(&e);
 }
 
+void events_s3_backlog(const char *job, uint64_t step, const char *reason)
+{
+	struct event e;
+
+	if (!events_wanted(EVENT_S3_BACKLOG))
+		return;
+	event_init(&e, EVENT_S3_BACKLOG, job);
+	e.step = step;
+	copy_text(e.reason, sizeof(e.reason), reason);
+	emit(&e);
+}
+
 void events_peer_lost(const char *peer, const char *reason)
 {
 	struct event e;
@@ -366,6 +379,11 @@ static void message_text(const struct event *e, char *buf, size_t cap)
 		break;
 	case EVENT_PEER_LOST:
 		snprintf(buf, cap, "peer %s lost: %s%s", e->peer, e->reason, more);
+		break;
+	case EVENT_S3_BACKLOG:
+		snprintf(buf, cap, "job %s: the checkpoint root keeps steps from %llu on beyond "
+			 "keep_last until S3 confirms them: %s%s", e->job,
+			 (unsigned long long)e->step, e->reason, more);
 		break;
 	case EVENT__COUNT:
 		break;

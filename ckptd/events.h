@@ -29,6 +29,7 @@ enum event_kind {
 	EVENT_S3_FAILED,
 	EVENT_STALL,
 	EVENT_PEER_LOST,
+	EVENT_S3_BACKLOG,
 	EVENT__COUNT
 };
 
@@ -68,6 +69,9 @@ void events_save_stall(const char *job, uint64_t step, int64_t rank, double seco
 /* The S3 tier: an upload of the step failed and will not be retried. */
 void events_s3_upload_failed(const char *job, uint64_t step, unsigned attempts,
 			     const char *reason);
+/* Root retention keeps steps of the job beyond keep_last (the oldest is
+ * `step`) because S3 has not confirmed them; reason says how many. */
+void events_s3_backlog(const char *job, uint64_t step, const char *reason);
 /* The peer link: a peer ckptd stopped answering. */
 void events_peer_lost(const char *peer, const char *reason);
 

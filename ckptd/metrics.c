@@ -136,6 +136,16 @@ const struct metric_def metric_defs[M__COUNT] = {
 		"partner), received (a partner's, kept here), refused (no room, either side) "
 		"or failed.",
 		{ "outcome" } },
+	[M_ROOT_HELD_FOR_S3_STEPS] = {
+		"ckpt_root_steps_held_for_s3", METRIC_GAUGE,
+		"Committed steps the checkpoint root keeps beyond keep_last because S3 has not "
+		"confirmed them (not uploaded, not verified, or S3 not scanned yet).",
+		{ JOB } },
+	[M_S3_VERIFY_FAILURES_TOTAL] = {
+		"ckpt_s3_verify_failures_total", METRIC_COUNTER,
+		"Uploads to S3 stopped because bytes read from the root did not match their "
+		"chunk CRC-32C or the index its manifest names.",
+		{ JOB } },
 	[M_CLIENTS_CONNECTED] = {
 		"ckpt_clients_connected", METRIC_GAUGE,
 		"Ranks connected (HELLO done).", { NULL } },

@@ -60,6 +60,8 @@ enum metric_id {
 	M_PARTNER_COPIES_TOTAL,       /* {outcome=sent|received|refused|failed} */
 	M_RESTORE_BAD_STEPS_TOTAL,    /* {ckpt_job}: steps an agreed restore found damaged */
 	M_RESTORE_BUFFERED_FALLBACK_TOTAL, /* {ckpt_job}: O_DIRECT reads refused, read buffered */
+	M_ROOT_HELD_FOR_S3_STEPS,     /* {ckpt_job}: root retention kept them for S3 */
+	M_S3_VERIFY_FAILURES_TOTAL,   /* {ckpt_job}: an upload read bytes that did not verify */
 	M__COUNT
 };
 

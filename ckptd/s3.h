@@ -34,6 +34,10 @@
 /* ------------------------------------------------------------------------
  * SigV4 (s3sign.c)
  */
+/* User metadata ckptd stores with each shard and index object: the SHA-256
+ * of the rank's index as the root's manifest records it (FORMAT.md). */
+#define S3_META_INDEX_SHA256 "x-amz-meta-ckpt-index-sha256"
+
 struct s3_kv {
 	const char *name;
 	const char *value;
@@ -347,6 +351,8 @@ struct s3_source {
 	uint64_t len;
 	const uint8_t *sha256;      /* 32 bytes or NULL */
 	const uint8_t *md5;         /* 16 bytes or NULL */
+	/* PUT only: sent as S3_META_INDEX_SHA256 (lower-case hex), or NULL. */
+	const char *meta_index_sha256;
 };
 /* Where a GET body goes: buf (cap bytes) or fd at offset (pwrite). Bytes
  * written to fd are handed to the kernel's writeback as they arrive
@@ -374,6 +380,7 @@ struct s3_result {
 	const char *etag;           /* Put, UploadPart, Head, Complete ("" if none: radosgw's Complete) */
 	const char *upload_id;      /* CreateMultipartUpload */
 	uint64_t content_length;    /* Head: object size; Get: bytes written */
+	const char *meta_index_sha256; /* Head, Get: S3_META_INDEX_SHA256 as stored, "" if none */
 	const struct s3_list *list; /* List*: the page */
 };
 typedef void (*s3_done_fn)(const struct s3_result *res, void *arg);
@@ -404,6 +411,10 @@ int s3_list_objects(s3_client *c, const char *bucket, const struct s3_list_args 
 
 int s3_create_multipart(s3_client *c, const char *bucket, const char *key,
 			s3_done_fn done, void *arg);
+/* The same, storing meta_index_sha256 (lower-case hex, or NULL: none) as
+ * the object's S3_META_INDEX_SHA256 metadata. */
+int s3_create_multipart_meta(s3_client *c, const char *bucket, const char *key,
+			     const char *meta_index_sha256, s3_done_fn done, void *arg);
 /* Content-MD5 always sent; the payload SHA-256 is signed. */
 int s3_upload_part(s3_client *c, const char *bucket, const char *key,
 		   const char *upload_id, uint32_t part_number,

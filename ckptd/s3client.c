@@ -75,6 +75,8 @@ struct s3_op {
 	bool resp_truncated;
 	char etag[256];
 	uint64_t content_length;
+	char meta_digest_in[72];       /* x-amz-meta-ckpt-index-sha256 of a reply */
+	char meta_digest_out[72];      /* the same, sent with a PUT or Create ("" none) */
 	int local_err;                 /* set by our callbacks: not retried */
 
 	unsigned attempts;
@@ -265,6 +267,7 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *userp)
 		/* A new response (after 100 Continue): forget the last one's. */
 		op->etag[0] = '\0';
 		op->content_length = 0;
+		op->meta_digest_in[0] = '\0';
 		return n;
 	}
 	const char *colon = memchr(buf, ':', n);
@@ -282,6 +285,12 @@ static size_t header_cb(char *buf, size_t size, size_t nitems, void *userp)
 			vl = sizeof(op->etag) - 1;
 		memcpy(op->etag, v, vl);
 		op->etag[vl] = '\0';
+	} else if (nl == strlen(S3_META_INDEX_SHA256) &&
+		   !strncasecmp(buf, S3_META_INDEX_SHA256, nl)) {
+		if (vl >= sizeof(op->meta_digest_in))
+			vl = sizeof(op->meta_digest_in) - 1;
+		memcpy(op->meta_digest_in, v, vl);
+		op->meta_digest_in[vl] = '\0';
 	} else if (nl == 14 && !strncasecmp(buf, "Content-Length", 14)) {
 		char tmp[32];
 		if (vl < sizeof(tmp)) {
@@ -400,6 +409,7 @@ static void attempt_reset(struct s3_op *op)
 	op->resp_truncated = false;
 	op->etag[0] = '\0';
 	op->content_length = 0;
+	op->meta_digest_in[0] = '\0';
 	op->local_err = 0;
 	op->status = 0;
 	op->terr = 0;
@@ -410,7 +420,7 @@ static int attempt_start(struct s3_op *op)
 {
 	struct s3_client *c = op->c;
 	const struct s3_config *cfg = &c->cfg;
-	struct s3_kv h[8];
+	struct s3_kv h[9];
 	size_t nh = 0;
 	char date[17], range[64] = "";
 	struct s3_sigv4_output sig = { 0 };
@@ -433,6 +443,8 @@ static int attempt_start(struct s3_op *op)
 			snprintf(range, sizeof(range), "bytes=%" PRIu64 "-", op->range_off);
 		h[nh++] = (struct s3_kv){ "range", range };
 	}
+	if (op->meta_digest_out[0])
+		h[nh++] = (struct s3_kv){ S3_META_INDEX_SHA256, op->meta_digest_out };
 	struct s3_sigv4_input in = {
 		.method = op->method,
 		.path = op->target.path,
@@ -659,6 +671,7 @@ static void op_complete(struct s3_op *op, int err)
 	r.etag = xml_etag ? xml_etag : op->etag;
 	r.upload_id = upload_id ? upload_id : "";
 	r.content_length = op->is_get ? op->received : op->content_length;
+	r.meta_index_sha256 = op->meta_digest_in;
 	r.list = !err && (op->kind == OP_LIST_OBJECTS || op->kind == OP_LIST_PARTS ||
 			  op->kind == OP_LIST_UPLOADS) ? &list : NULL;
 
@@ -1172,6 +1185,18 @@ static int op_set_body(struct s3_op *op, const struct s3_source *src, bool want_
 		}                                                             \
 	} while (0)
 
+/* A metadata value goes into a signed header: lower-case hex only. */
+static int meta_set(struct s3_op *op, const char *hex)
+{
+	if (!hex || !*hex)
+		return 0;
+	size_t n = strlen(hex);
+	if (n >= sizeof(op->meta_digest_out) || strspn(hex, "0123456789abcdef") != n)
+		return -EINVAL;
+	memcpy(op->meta_digest_out, hex, n + 1);
+	return 0;
+}
+
 int s3_put_object(s3_client *c, const char *bucket, const char *key,
 		  const struct s3_source *src, s3_done_fn done, void *arg)
 {
@@ -1180,6 +1205,7 @@ int s3_put_object(s3_client *c, const char *bucket, const char *key,
 	bool https = c->cfg.endpoint_url ? !strncasecmp(c->cfg.endpoint_url, "https:", 6) : true;
 	bool sign = !(c->o.unsigned_payload && https);
 	OP_TRY(op_set_body(op, src, sign, sign || src->md5));
+	OP_TRY(meta_set(op, src->meta_index_sha256));
 	return op_submit(op);
 }
 
@@ -1245,9 +1271,16 @@ int s3_list_objects(s3_client *c, const char *bucket, const struct s3_list_args 
 int s3_create_multipart(s3_client *c, const char *bucket, const char *key,
 			s3_done_fn done, void *arg)
 {
+	return s3_create_multipart_meta(c, bucket, key, NULL, done, arg);
+}
+
+int s3_create_multipart_meta(s3_client *c, const char *bucket, const char *key,
+			     const char *meta_index_sha256, s3_done_fn done, void *arg)
+{
 	OP_BEGIN(OP_CREATE_MPU, "POST", key);
 	OP_TRY(!key ? -EINVAL : 0);
 	OP_TRY(op_query(op, "uploads", ""));
+	OP_TRY(meta_set(op, meta_index_sha256));
 	return op_submit(op);
 }
 

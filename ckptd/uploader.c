@@ -51,6 +51,19 @@ struct s3job {
 	size_t n_pins, cap_pins;
 	uint64_t *s3_steps;    /* committed on S3, ascending */
 	size_t n_s3, cap_s3;
+	/* Confirmed on S3 by this ckptd: uploaded (or found there with the
+	 * digests the root's manifest names) from bytes that verified.
+	 * Ascending; a subset of s3_steps. Only these count as good copies
+	 * for either tier's retention. */
+	uint64_t *verified;
+	size_t n_verified, cap_verified;
+	size_t held;           /* root steps past keep_last kept for S3 */
+};
+
+/* A chunk of a shard as its rank's index records it. */
+struct vchunk {
+	uint64_t off;
+	uint32_t len, crc;
 };
 
 /* A compression unit's output, once compressed (kept until its turn). */
@@ -62,6 +75,14 @@ struct cres {
 
 struct obj {
 	char name[32];         /* the file in the root: rank-000001.shard */
+	uint32_t rank;
+	bool is_index;
+	/* The rank's index SHA-256 as the manifest records it: what the index
+	 * file must hash to, and (hex) the metadata of both objects. */
+	uint8_t index_sha256[32];
+	char index_hex[65];
+	struct vchunk *chunks; /* shard: sorted by offset, from the index */
+	size_t nchunks;
 	char key_name[40];     /* the object: the same, or + ".zst" compressed */
 	uint64_t size;
 	uint64_t s3_size;      /* size of the object already there, UINT64_MAX: none */
@@ -138,6 +159,7 @@ struct unit {
 	size_t cunit, first, last;
 	int level;
 	bool digest_only;      /* buf is given: only compute its digests */
+	char why[256];         /* a verification failure, when err is -EBADMSG */
 };
 
 struct uploader {
@@ -242,36 +264,68 @@ static bool steps_has(const uint64_t *v, size_t n, uint64_t step)
 	return false;
 }
 
-static int s3_steps_insert(struct s3job *j, uint64_t step)
+/* Insert into an ascending set of steps. */
+static int steps_insert(uint64_t **v, size_t *n, size_t *cap, uint64_t step)
 {
-	if (steps_has(j->s3_steps, j->n_s3, step))
+	if (steps_has(*v, *n, step))
 		return 0;
-	if (j->n_s3 == j->cap_s3) {
-		size_t cap = j->cap_s3 ? 2 * j->cap_s3 : 16;
-		uint64_t *v = realloc(j->s3_steps, cap * sizeof(*v));
-		if (!v)
+	if (*n == *cap) {
+		size_t ncap = *cap ? 2 * *cap : 16;
+		uint64_t *nv = realloc(*v, ncap * sizeof(*nv));
+		if (!nv)
 			return -ENOMEM;
-		j->s3_steps = v;
-		j->cap_s3 = cap;
+		*v = nv;
+		*cap = ncap;
 	}
-	size_t i = j->n_s3;
-	while (i > 0 && j->s3_steps[i - 1] > step) {
-		j->s3_steps[i] = j->s3_steps[i - 1];
+	size_t i = *n;
+	while (i > 0 && (*v)[i - 1] > step) {
+		(*v)[i] = (*v)[i - 1];
 		i--;
 	}
-	j->s3_steps[i] = step;
-	j->n_s3++;
+	(*v)[i] = step;
+	(*n)++;
 	return 0;
+}
+
+static void steps_remove(uint64_t *v, size_t *n, uint64_t step)
+{
+	for (size_t i = 0; i < *n; i++)
+		if (v[i] == step) {
+			memmove(v + i, v + i + 1, (*n - i - 1) * sizeof(uint64_t));
+			(*n)--;
+			return;
+		}
+}
+
+static int s3_steps_insert(struct s3job *j, uint64_t step)
+{
+	return steps_insert(&j->s3_steps, &j->n_s3, &j->cap_s3, step);
 }
 
 static void s3_steps_remove(struct s3job *j, uint64_t step)
 {
-	for (size_t i = 0; i < j->n_s3; i++)
-		if (j->s3_steps[i] == step) {
-			memmove(j->s3_steps + i, j->s3_steps + i + 1, (j->n_s3 - i - 1) * sizeof(uint64_t));
-			j->n_s3--;
-			return;
-		}
+	steps_remove(j->s3_steps, &j->n_s3, step);
+	steps_remove(j->verified, &j->n_verified, step);
+}
+
+/*
+ * Whether S3 already holds enough good copies newer than `step` that its
+ * retention would not keep `step`: s3_keep_last verified newer steps, and
+ * not a multiple of s3_keep_every. Steps that are only listed (not
+ * verified) never count, so unverified newer ones never push the last good
+ * copies out.
+ */
+static bool superseded(const struct uploader *u, const struct s3job *j, uint64_t step)
+{
+	const struct ckptd_config *cfg = u->d->cfg;
+	size_t newer = 0;
+
+	if (cfg->s3_keep_last == 0 || (cfg->s3_keep_every && step % cfg->s3_keep_every == 0))
+		return false;
+	for (size_t i = 0; i < j->n_verified; i++)
+		if (j->verified[i] > step)
+			newer++;
+	return newer >= cfg->s3_keep_last;
 }
 
 /*
@@ -359,6 +413,7 @@ static void task_reset(struct task *t)
 		free(o->pieces);
 		free(o->cunit_first);
 		free(o->pending);
+		free(o->chunks);
 	}
 	free(t->objs);
 	t->objs = NULL;
@@ -502,6 +557,10 @@ static void task_failed(struct task *t)
 		u->head = t;
 	u->tail = t;
 	arm_retry_timer(u);
+	/* S3's state stays unknown: count (and report) what the root keeps
+	 * for it, once per episode. */
+	if (t->kind == TASK_SCAN && !t->job->held)
+		coord_retention_recheck(u->d, t->job->name);
 	pump(u);
 }
 
@@ -643,7 +702,10 @@ static void scan_plan(struct task *t)
 		root = NULL;
 		n_root = 0;
 	}
-	all = calloc(n_root + j->n_s3 + 1, sizeof(*all));
+	/* What the policy weighs: the root's steps and the confirmed ones.
+	 * Steps S3 merely lists (say, of an earlier run with higher step
+	 * numbers) must not keep the root's newest from going up. */
+	all = calloc(n_root + j->n_verified + 1, sizeof(*all));
 	if (!all) {
 		free(root);
 		task_fail(t, -ENOMEM, "out of memory");
@@ -652,9 +714,9 @@ static void scan_plan(struct task *t)
 	size_t n_all = 0;
 	for (size_t i = 0; i < n_root; i++)
 		all[n_all++] = root[i];
-	for (size_t i = 0; i < j->n_s3; i++)
-		if (!steps_has(root, n_root, j->s3_steps[i]))
-			all[n_all++] = j->s3_steps[i];
+	for (size_t i = 0; i < j->n_verified; i++)
+		if (!steps_has(root, n_root, j->verified[i]))
+			all[n_all++] = j->verified[i];
 	/* In a multi-node group the leader uploads, deletes and aborts; the
 	 * others only keep S3's view for their restores. */
 	bool leader = coord_is_leader(u->d);
@@ -662,7 +724,9 @@ static void scan_plan(struct task *t)
 	unsigned queued = 0;
 	for (size_t i = leader ? n_root : 0; i-- > 0;) {
 		uint64_t s = root[i];
-		if (steps_has(j->s3_steps, j->n_s3, s) || !policy_keeps(u, all, n_all, s) ||
+		/* A step S3 lists but this ckptd has not verified is sent
+		 * again: its objects count only if their digests match. */
+		if (steps_has(j->verified, j->n_verified, s) || !policy_keeps(u, all, n_all, s) ||
 		    task_find(u, TASK_UPLOAD, j->name, s))
 			continue;
 		if (task_new(u, TASK_UPLOAD, j, s))
@@ -681,6 +745,8 @@ static void scan_plan(struct task *t)
 	}
 	queue_deletions(u, j);
 	t->phase = SCAN_ABORT;
+	/* S3's state is known now: what the root kept for it is counted. */
+	coord_retention_recheck(u->d, j->name);
 }
 
 static void abort_done(const struct s3_result *res, void *arg)
@@ -761,15 +827,16 @@ static void queue_deletions(struct uploader *u, struct s3job *j)
 {
 	if (u->d->cfg->s3_keep_last == 0 || j->n_s3 < 2)
 		return;
-	/* Never the newest; evaluate against a copy since we remove as we go. */
+	/* Only steps with s3_keep_last verified newer ones go (so never the
+	 * newest good copy); a copy since we remove as we go. */
 	uint64_t *all = malloc(j->n_s3 * sizeof(*all));
 	size_t n = j->n_s3;
 	if (!all)
 		return;
 	memcpy(all, j->s3_steps, n * sizeof(*all));
 	for (size_t i = 0; i + 1 < n; i++) {
-		if (policy_keeps(u, all, n, all[i]) || task_find(u, TASK_DELETE, j->name, all[i]) ||
-		    steps_has(j->pins, j->n_pins, all[i]))
+		if (!superseded(u, j, all[i]) || task_find(u, TASK_DELETE, j->name, all[i]) ||
+		    task_find(u, TASK_UPLOAD, j->name, all[i]) || steps_has(j->pins, j->n_pins, all[i]))
 			continue;
 		/* No longer counted as on S3 from now on: a restore will not
 		 * pick it, and the manifest goes first. */
@@ -875,7 +942,7 @@ static void delete_step(struct task *t)
 
 /* ---- upload ---------------------------------------------------------------------------- */
 
-enum { UP_OPEN = 0, UP_LIST, UP_LIST_UPLOADS, UP_OBJECTS, UP_MANIFEST, UP_LATEST, UP_CLEANUP_LIST,
+enum { UP_OPEN = 0, UP_INDEX, UP_LIST, UP_LIST_UPLOADS, UP_OBJECTS, UP_MANIFEST, UP_LATEST, UP_CLEANUP_LIST,
        UP_CLEANUP_ABORT, UP_DONE };
 
 /* Pieces and compression units of a shard that goes compressed. */
@@ -944,6 +1011,12 @@ static int upload_open(struct task *t)
 		struct obj *s = &t->objs[i], *x = &t->objs[m.world_size + i];
 		ckpt_shard_filename(s->name, sizeof(s->name), i);
 		ckpt_index_filename(x->name, sizeof(x->name), i);
+		s->rank = x->rank = i;
+		x->is_index = true;
+		memcpy(s->index_sha256, m.ranks[i].index_sha256, 32);
+		memcpy(x->index_sha256, m.ranks[i].index_sha256, 32);
+		ckpt_hex(s->index_hex, s->index_sha256, 32);
+		memcpy(x->index_hex, s->index_hex, sizeof(x->index_hex));
 		snprintf(s->key_name, sizeof(s->key_name), "%s%s", s->name, compress ? ZSHARD_SUFFIX : "");
 		snprintf(x->key_name, sizeof(x->key_name), "%s", x->name);
 		s->size = m.ranks[i].shard_bytes;
@@ -1034,6 +1107,68 @@ static int read_exact(int fd, void *buf, uint64_t len, uint64_t off)
 	return 0;
 }
 
+/* CRC-32C of len bytes of fd at off, chained onto crc. */
+static int crc_file(int fd, uint64_t off, uint64_t len, uint32_t *crc)
+{
+	uint8_t tmp[65536];
+
+	while (len) {
+		size_t n = len < sizeof(tmp) ? (size_t)len : sizeof(tmp);
+		int r = read_exact(fd, tmp, n, off);
+		if (r < 0)
+			return r;
+		*crc = ckpt_crc32c(*crc, tmp, n);
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/*
+ * Worker thread: check that buf, the bytes [off, off + len) of shard o
+ * about to leave for S3, match the chunk CRCs of the rank's index. A chunk
+ * that reaches outside the range is completed from the file (fd), so every
+ * byte in buf is covered by a whole chunk's check. -EBADMSG with the chunk
+ * in why on a mismatch.
+ */
+static int verify_range(const struct obj *o, int fd, const uint8_t *buf, uint64_t off,
+			uint64_t len, char *why, size_t cap)
+{
+	size_t lo = 0, hi = o->nchunks;
+	uint64_t end = off + len;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (o->chunks[mid].off + o->chunks[mid].len <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < o->nchunks && o->chunks[i].off < end; i++) {
+		const struct vchunk *c = &o->chunks[i];
+		uint64_t a = c->off > off ? c->off : off;
+		uint64_t b = c->off + c->len < end ? c->off + c->len : end;
+		uint32_t crc = 0;
+		int r = 0;
+
+		if (c->off < off)
+			r = crc_file(fd, c->off, off - c->off, &crc);
+		if (r == 0 && b > a)
+			crc = ckpt_crc32c(crc, buf + (a - off), (size_t)(b - a));
+		if (r == 0 && c->off + c->len > end)
+			r = crc_file(fd, end, c->off + c->len - end, &crc);
+		if (r < 0)
+			return r;
+		if (crc != c->crc) {
+			snprintf(why, cap, "rank=%u file=%s chunk_offset=%" PRIu64 " chunk_bytes=%u "
+				 "crc32c=%08x index_crc32c=%08x", o->rank, o->name, c->off, c->len, crc,
+				 c->crc);
+			return -EBADMSG;
+		}
+	}
+	return 0;
+}
+
 /* Worker thread: compress pieces [first, last) of the shard into w->buf. */
 static void unit_compress_run(struct unit *w)
 {
@@ -1056,6 +1191,9 @@ static void unit_compress_run(struct unit *w)
 	for (size_t i = w->first; i < w->last && !w->err; i++) {
 		struct zpiece *p = &o->pieces[i];
 		w->err = read_exact(fd, raw, p->raw_len, p->raw_offset);
+		if (!w->err)
+			w->err = verify_range(o, fd, raw, p->raw_offset, p->raw_len, w->why,
+					      sizeof(w->why));
 		if (!w->err)
 			w->err = zshard_compress(p, raw, tmp, w->buf + w->len, cap - w->len, w->level);
 		if (!w->err)
@@ -1086,12 +1224,132 @@ static void unit_read_run(void *arg)
 			return;
 		}
 		w->err = read_exact(fd, w->buf, w->len, w->off);
+		if (!w->err && !w->o->is_index)
+			w->err = verify_range(w->o, fd, w->buf, w->off, w->len, w->why,
+					      sizeof(w->why));
 		close(fd);
 	}
 	unsigned int len;
 	if (!w->err && (!EVP_Digest(w->buf, w->len, w->md5, &len, EVP_md5(), NULL) ||
 			!EVP_Digest(w->buf, w->len, w->sha256, &len, EVP_sha256(), NULL)))
 		w->err = -EIO;
+	/* A whole index object must be the index the manifest names. */
+	if (!w->err && !w->compress && !w->digest_only && w->o->is_index && w->part == 0 &&
+	    memcmp(w->sha256, w->o->index_sha256, 32) != 0) {
+		char hex[65];
+		ckpt_hex(hex, w->sha256, 32);
+		snprintf(w->why, sizeof(w->why), "rank=%u file=%s sha256=%s manifest_sha256=%s",
+			 w->o->rank, w->o->name, hex, w->o->index_hex);
+		w->err = -EBADMSG;
+	}
+}
+
+/* Bytes about to leave did not verify: the step is not uploaded. */
+static void verify_failed(struct task *t, const char *why)
+{
+	metrics_inc(M_S3_VERIFY_FAILURES_TOTAL, t->job->name);
+	log_error("s3", "verification failed job=%s step=%" PRIu64 " %s: the step is not uploaded",
+		  t->job->name, t->step, why);
+	task_fail(t, -EBADMSG, "verification failed: %s", why);
+}
+
+static int chunk_cmp(const void *a, const void *b)
+{
+	const struct vchunk *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/*
+ * Worker thread: read each rank's index, check its size and SHA-256
+ * against the manifest, and keep its chunk CRCs with the rank's shard for
+ * verify_range. The first failure goes into t->err / t->why (the task is
+ * idle on the loop meanwhile).
+ */
+static void index_run(void *arg)
+{
+	struct task *t = arg;
+	size_t world = t->n_objs / 2;
+
+	for (size_t i = 0; i < world; i++) {
+		struct obj *s = &t->objs[i], *x = &t->objs[world + i];
+		void *buf = NULL;
+		size_t len = 0;
+		uint8_t sha[32];
+		unsigned int dl;
+		struct ckpt_index idx = { 0 };
+		int r = store_read_file(t->stepfd, x->name, MANIFEST_MAX, &buf, &len);
+
+		if (r < 0) {
+			t->err = r;
+			snprintf(t->why, sizeof(t->why), "reading %s of step %" PRIu64 ": %s", x->name,
+				 t->step, strerror(-r));
+			return;
+		}
+		if (len != x->size || !EVP_Digest(buf, len, sha, &dl, EVP_sha256(), NULL) ||
+		    memcmp(sha, x->index_sha256, 32) != 0) {
+			char hex[65];
+			ckpt_hex(hex, sha, 32);
+			free(buf);
+			t->err = -EBADMSG;
+			snprintf(t->why, sizeof(t->why), "rank=%zu file=%s bytes=%zu sha256=%s "
+				 "manifest_bytes=%" PRIu64 " manifest_sha256=%s", i, x->name, len,
+				 len == x->size ? hex : "-", x->size, x->index_hex);
+			return;
+		}
+		r = ckpt_index_decode(buf, len, &idx);
+		free(buf);
+		if (r < 0) {
+			t->err = -EBADMSG;
+			snprintf(t->why, sizeof(t->why), "rank=%zu file=%s: not a valid index", i,
+				 x->name);
+			return;
+		}
+		s->chunks = calloc(idx.chunk_count ? idx.chunk_count : 1, sizeof(*s->chunks));
+		if (!s->chunks) {
+			ckpt_index_free(&idx);
+			t->err = -ENOMEM;
+			snprintf(t->why, sizeof(t->why), "out of memory");
+			return;
+		}
+		/* Chunks: each tensor's extent in table order, then the blob,
+		 * each cut into chunk_bytes pieces (FORMAT.md). */
+		size_t n = 0;
+		uint32_t cb = idx.chunk_bytes;
+		for (uint32_t k = 0; k <= idx.table.count; k++) {
+			uint64_t eo = k < idx.table.count ? idx.table.tensors[k].data_offset : idx.blob_offset;
+			uint64_t el = k < idx.table.count ? idx.table.tensors[k].nbytes : idx.blob_bytes;
+			for (uint64_t d = 0; d < el && n < idx.chunk_count; d += cb) {
+				s->chunks[n].off = eo + d;
+				s->chunks[n].len = (uint32_t)(el - d < cb ? el - d : cb);
+				s->chunks[n].crc = idx.chunk_crc[n];
+				n++;
+			}
+		}
+		s->nchunks = n;
+		qsort(s->chunks, n, sizeof(*s->chunks), chunk_cmp);
+		ckpt_index_free(&idx);
+	}
+}
+
+static void index_done(void *arg)
+{
+	struct task *t = arg;
+
+	if (t->u->closing) {
+		t->ops--;
+		return;
+	}
+	if (t->err == -EBADMSG) {
+		char why[sizeof(t->why)];
+		snprintf(why, sizeof(why), "%s", t->why);
+		t->err = 0;
+		t->why[0] = '\0';
+		verify_failed(t, why);
+	} else if (!t->err) {
+		t->phase = UP_LIST;
+	}
+	task_op_done(t);
 }
 
 static void unit_free(struct unit *w)
@@ -1136,7 +1394,7 @@ static void unit_send(struct unit *w)
 
 	step_key(u, t->job->name, t->step, w->o->key_name, key, sizeof(key));
 	struct s3_source src = { .buf = w->buf, .fd = -1, .len = w->len, .sha256 = w->sha256,
-				 .md5 = w->md5 };
+				 .md5 = w->md5, .meta_index_sha256 = w->o->index_hex };
 	if (w->part) {
 		/* A part an earlier ckptd sent: same size and MD5 (the ETag of a
 		 * part is its MD5), no need to send it again. */
@@ -1300,7 +1558,9 @@ static void unit_read_done(void *arg)
 		return;
 	}
 	if (w->err || t->err) {
-		if (w->err)
+		if (w->err == -EBADMSG)
+			verify_failed(t, w->why);
+		else if (w->err)
 			task_fail(t, w->err, "%s %s of step %" PRIu64 ": %s",
 				  w->compress ? "compressing" : "reading", w->o->name, t->step,
 				  strerror(-w->err));
@@ -1489,6 +1749,34 @@ static void mp_completed(const struct s3_result *res, void *arg)
 	task_op_done(t);
 }
 
+/* An object already in S3: done if its metadata names this rank's index. */
+static void head_done(const struct s3_result *res, void *arg)
+{
+	struct obj_op *op = arg;
+	struct task *t = op->t;
+	struct obj *o = op->o;
+
+	count_attempts(res);
+	if (res->err && res->err != -ENOENT) {
+		task_fail(t, res->err, "%s", res->error);
+	} else if (!t->u->closing) {
+		bool match = !res->err && !strcmp(res->meta_index_sha256, o->index_hex) &&
+			     (o->compress || res->content_length == o->size);
+		if (match) {
+			o->state = OBJ_DONE;
+		} else {
+			log_info("s3", "object in S3 is not this step's, sending it again job=%s "
+				 "step=%" PRIu64 " object=%s stored_index_sha256=%s", t->job->name,
+				 t->step, o->key_name,
+				 res->err ? "(gone)" : res->meta_index_sha256[0] ? res->meta_index_sha256 : "(none)");
+			o->s3_size = UINT64_MAX;
+			o->state = OBJ_TODO;
+		}
+	}
+	free(op);
+	task_op_done(t);
+}
+
 /* Start what can start of the step's objects; true when all are done. */
 static bool upload_schedule(struct task *t)
 {
@@ -1508,9 +1796,19 @@ static bool upload_schedule(struct task *t)
 		step_key(u, t->job->name, t->step, o->key_name, key, sizeof(key));
 		if (o->state == OBJ_TODO) {
 			if (o->compress ? o->s3_size != UINT64_MAX : o->s3_size == o->size) {
-				/* Objects appear whole or not at all: this one
-				 * was sent before. */
-				o->state = OBJ_DONE;
+				/* Objects appear whole or not at all, but one of
+				 * this name may hold other bytes (an earlier run
+				 * of the step number): it counts only if it was
+				 * made from this rank's index. */
+				if ((r = obj_op(t, o, &op)) < 0)
+					break;
+				r = s3_head_object(u->c, u->url.bucket, key, head_done, op);
+				if (r < 0) {
+					free(op);
+					break;
+				}
+				t->ops++;
+				o->state = OBJ_BUSY;
 				continue;
 			}
 			/* A compressed shard's size is known only at its end:
@@ -1531,7 +1829,8 @@ static bool upload_schedule(struct task *t)
 					r = s3_list_parts(u->c, u->url.bucket, key, o->upload_id, &a,
 							  mp_parts_listed, op);
 				} else {
-					r = s3_create_multipart(u->c, u->url.bucket, key, mp_created, op);
+					r = s3_create_multipart_meta(u->c, u->url.bucket, key,
+								     o->index_hex, mp_created, op);
 				}
 				if (r < 0) {
 					free(op);
@@ -1633,7 +1932,8 @@ static void upload_done(struct task *t)
 	struct s3job *j = t->job;
 	double secs = (double)(now_mono_ns() - t->started_ns) / 1e9;
 
-	if (s3_steps_insert(j, t->step) < 0)
+	if (s3_steps_insert(j, t->step) < 0 ||
+	    steps_insert(&j->verified, &j->n_verified, &j->cap_verified, t->step) < 0)
 		log_error("s3", "out of memory recording an upload job=%s", j->name);
 	metrics_set(M_NEWEST_COMMITTED_STEP, (double)j->s3_steps[j->n_s3 - 1], j->name, "s3");
 	log_info("s3", "uploaded job=%s step=%" PRIu64 " bytes=%" PRIu64 " sent=%" PRIu64
@@ -1641,7 +1941,11 @@ static void upload_done(struct task *t)
 		 t->bytes_sent, t->parts_reused, secs, secs > 0 ? (double)t->bytes_sent / secs / 1e6 : 0.0);
 	u->backoff_ns = 0;
 	queue_deletions(u, j);
+	/* Confirmed: the root may let it (and what it supersedes) go. */
+	char name[sizeof(j->name)];
+	snprintf(name, sizeof(name), "%s", j->name);
 	task_finish(t);
+	coord_retention_recheck(u->d, name);
 }
 
 static void up_leftovers_listed(const struct s3_result *res, void *arg)
@@ -1679,8 +1983,16 @@ static void upload_step(struct task *t)
 			task_failed(t);
 			return;
 		}
-		t->phase = UP_LIST;
+		t->phase = UP_INDEX;
 		/* fall through */
+	case UP_INDEX:
+		/* Indexes first, on a worker: the shards' reads check against them. */
+		r = workers_submit(u->d->workers, index_run, index_done, t);
+		if (r == 0) {
+			t->ops++;
+			return;
+		}
+		break;
 	case UP_LIST:
 		step_key(u, t->job->name, t->step, NULL, prefix, sizeof(prefix));
 		r = list_objects(t, prefix, up_list_done);
@@ -1889,12 +2201,12 @@ void uploader_committed(struct daemon *d, const char *job, uint64_t step)
 		task_new(u, TASK_UPLOAD, j, step);
 		/* Older steps still waiting that retention would no longer keep
 		 * on S3 are not worth sending. */
-		uint64_t *all = calloc(j->n_s3 + 64, sizeof(*all));
+		uint64_t *all = calloc(j->n_verified + 64, sizeof(*all));
 		size_t n = 0;
 		if (all) {
-			for (size_t i = 0; i < j->n_s3; i++)
-				all[n++] = j->s3_steps[i];
-			for (struct task *t = u->head; t && n < j->n_s3 + 64; t = t->next)
+			for (size_t i = 0; i < j->n_verified; i++)
+				all[n++] = j->verified[i];
+			for (struct task *t = u->head; t && n < j->n_verified + 64; t = t->next)
 				if (t->kind == TASK_UPLOAD && t->job == j)
 					all[n++] = t->step;
 			for (struct task *t = u->head, *next; t; t = next) {
@@ -1982,7 +2294,48 @@ void uploader_origin_free(struct s3_origin *o)
 
 bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step)
 {
-	return d->uploader && task_find(d->uploader, TASK_UPLOAD, job, step) != NULL;
+	const struct uploader *u = d->uploader;
+
+	if (!d->cfg->s3_url || !d->cfg->s3_url[0])
+		return false;
+	/* In a group the leader uploads and deletes; the others only forget
+	 * steps, which keeps nothing from S3. */
+	if (!coord_is_leader(d))
+		return false;
+	/* Configured but not running yet (start-up recovery): unknown. */
+	if (!u)
+		return true;
+	const struct s3job *j = job_find((struct uploader *)u, job, false);
+	if (!j || !j->scanned)
+		return true;
+	if (steps_has(j->verified, j->n_verified, step))
+		return false;
+	return !superseded(u, j, step);
+}
+
+void uploader_retention_held(struct daemon *d, const char *job, size_t held, uint64_t oldest)
+{
+	struct uploader *u = d->uploader;
+	struct s3job *j = u ? job_find(u, job, held > 0) : NULL;
+
+	if (!j)
+		return;
+	metrics_set(M_ROOT_HELD_FOR_S3_STEPS, (double)held, job);
+	if (held && !j->held) {
+		char why[200];
+		snprintf(why, sizeof(why), "%zu step%s past keep_last=%u, %s", held,
+			 held == 1 ? "" : "s", d->cfg->keep_last,
+			 j->scanned ? "not confirmed on S3 (uploads pending or failing)"
+				    : "S3 not scanned yet");
+		log_warn("retention", "keeping steps for S3 job=%s held=%zu oldest_step=%" PRIu64
+			 " keep_last=%u reason=\"%s\"", job, held, oldest, d->cfg->keep_last,
+			 j->scanned ? "not confirmed on S3" : "S3 not scanned yet");
+		events_s3_backlog(job, oldest, why);
+	} else if (!held && j->held) {
+		log_info("retention", "S3 caught up job=%s: root retention back to keep_last=%u", job,
+			 d->cfg->keep_last);
+	}
+	j->held = held;
 }
 
 int uploader_init(struct daemon *d)
@@ -2090,6 +2443,7 @@ void uploader_fini(struct daemon *d)
 		struct s3job *j = u->jobs;
 		u->jobs = j->next;
 		free(j->s3_steps);
+		free(j->verified);
 		free(j->pins);
 		free(j);
 	}

@@ -15,9 +15,18 @@
  * are reused, and multipart uploads under the job's prefix that belong to
  * no step still to upload are aborted.
  *
- * Retention: S3 keeps the newest s3_keep_last committed steps of each job
- * and every step that is a multiple of s3_keep_every; the root's retention
- * never removes a step that is still to be uploaded (uploader_pinned).
+ * Verification: an upload checks each rank's index against the manifest
+ * (size, SHA-256) and every chunk of the shard against the index (CRC-32C)
+ * as the worker threads read it; a mismatch fails the step's upload. Shard
+ * and index objects record the index digest (S3_META_INDEX_SHA256); an
+ * object already in S3 counts only if it matches.
+ *
+ * Retention: S3 keeps the newest s3_keep_last *confirmed* steps of each
+ * job (uploaded and verified by this ckptd) and every multiple of
+ * s3_keep_every; the root's retention keeps every step S3 has not
+ * confirmed (uploader_pinned), reporting the backlog
+ * (uploader_retention_held). Confirmation is rebuilt after each start by
+ * uploading again what S3 lists but this ckptd has not confirmed.
  */
 #ifndef CKPTD_UPLOADER_H
 #define CKPTD_UPLOADER_H
@@ -37,8 +46,18 @@ int uploader_fd(const struct daemon *d);
 void uploader_dispatch(struct daemon *d);
 /* A step of job committed in the root. */
 void uploader_committed(struct daemon *d, const char *job, uint64_t step);
-/* Whether root retention must keep the step (still to be uploaded). */
+/*
+ * Whether root retention must keep the step: with S3 configured, every
+ * step that S3 has not confirmed (uploaded and verified by this ckptd, or
+ * found there with matching digests), unless S3 would not keep it anyway
+ * (s3_keep_last verified newer steps). Before the job's first scan
+ * succeeds, or while the tier is not running, every step is kept.
+ */
 bool uploader_pinned(const struct daemon *d, const char *job, uint64_t step);
+/* Root retention kept `held` steps past keep_last for S3, the oldest
+ * `oldest`: metric, and a warning and event once per episode (until
+ * held is 0 again). */
+void uploader_retention_held(struct daemon *d, const char *job, size_t held, uint64_t oldest);
 /*
  * Where a restore worker finds the job on S3: the tier's configuration
  * (valid while ckptd runs), bucket, the job's key prefix and the steps

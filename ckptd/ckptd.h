@@ -272,6 +272,10 @@ void coord_peer_lost(struct daemon *d, uint32_t node, const char *why);
  * outcome of steps that have waited for one longer than `after_ns`.
  * Leader: fail steps with no vote for step_timeout_ms. */
 void coord_peer_tick(struct daemon *d, int64_t now, int64_t after_ns);
+/* Alone (no group): how soon coord_tick() wants to run (-1: no need), and
+ * the step_timeout_ms bound on open steps it applies. */
+int coord_poll_ms(const struct daemon *d);
+void coord_tick(struct daemon *d, int64_t now);
 
 /* arena.c */
 /* Size, create, seal, populate (and mlock where allowed) c's arena. */

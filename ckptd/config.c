@@ -515,11 +515,12 @@ static const struct config_option options[] = {
 	{
 		.key = "step_timeout_ms", .type = OPT_UINT, .def = "600000", .min = 0,
 		.max = 86400000,
-		.arg = "MS", .help = "a group's step with no new vote for this long fails; 0 = never",
+		.arg = "MS", .help = "a step with no new vote for this long fails; 0 = never",
 		.description =
-			"In a multi-node group, the leader fails a step that has had no\n"
-			"new vote for this long (naming the ranks that never voted), so\n"
-			"that no step stays open and every wait ends. 0: no limit.",
+			"A step that has had no new vote for this long fails, naming the\n"
+			"ranks that never saved it (a hung rank, or one the launch never\n"
+			"started), so that no step stays open and every wait ends. In a\n"
+			"multi-node group the leader applies it. 0: no limit.",
 		.offset = FIELD(step_timeout_ms),
 	},
 	{

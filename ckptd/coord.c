@@ -1665,6 +1665,26 @@ static void leader_tick(struct daemon *d, int64_t now)
 	}
 }
 
+/* A daemon without a group: the same bound on a step that waits for a
+ * rank that never saves it (a rank that hangs, or a launch that never
+ * started it), so that every wait ends. */
+int coord_poll_ms(const struct daemon *d)
+{
+	if (d->peer || d->cfg->step_timeout_ms == 0)
+		return -1;
+	for (const struct job *job = d->jobs; job; job = job->next)
+		for (const struct step *st = job->steps; st; st = st->next)
+			if (st->state == STEP_OPEN)
+				return 1000;
+	return -1;
+}
+
+void coord_tick(struct daemon *d, int64_t now)
+{
+	if (!d->peer)
+		leader_tick(d, now);
+}
+
 /*
  * Non-leader: an outcome the peer link dropped (a full queue, a failed
  * send) must not leave a step open forever. A step with every vote of this

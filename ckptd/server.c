@@ -1410,6 +1410,9 @@ int server_run(struct ckptd_config *cfg)
 		int agree_ms = agree_poll_ms(d);
 		if (agree_ms >= 0 && (wait_ms < 0 || agree_ms < wait_ms))
 			wait_ms = agree_ms;
+		int coord_ms = coord_poll_ms(d);
+		if (coord_ms >= 0 && (wait_ms < 0 || coord_ms < wait_ms))
+			wait_ms = coord_ms;
 		int n = epoll_wait(d->epfd, evs, 64, wait_ms);
 		notify_watchdog_tick();
 		if (n < 0) {
@@ -1457,6 +1460,7 @@ int server_run(struct ckptd_config *cfg)
 			if (!is_tag(evs[i].data.ptr))
 				client_unref(evs[i].data.ptr);
 		agree_tick(d);
+		coord_tick(d, now_ns());
 	}
 	log_info("server", "stopped cleanly");
 	r = 0;

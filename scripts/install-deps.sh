@@ -19,6 +19,7 @@ packages=(
 	libmicrohttpd-dev # ckptd's Prometheus metrics endpoint (GET /metrics)
 	libsystemd-dev    # sd_notify: ckptd's readiness and watchdog under systemd (Type=notify)
 	libfabric-dev libfabric-bin  # the peer link between the daemons of a multi-node job (fi_info for diagnosis)
+	libfuse3-dev fuse3  # tests/powercut: ckpt-powerfs, a FUSE file system that drops unsynced data
 	# fuzzers and sanitizers
 	clang llvm libclang-rt-14-dev
 	# benchmark reference and test helpers

@@ -150,6 +150,9 @@ static struct {
 	atomic_bool cut;
 	atomic_long armed;      /* >0: cut when it reaches 0 */
 	atomic_ulong epoch;
+	/* The last mutating operation started, and the one at the cut. */
+	_Atomic(const char *) last_op, cut_op;
+	char cut_where[64];
 	atomic_ulong n_ops, n_mut, n_fsync, n_fsyncdir, n_ignored, n_eio, n_cuts, n_reverts,
 		n_undo_copies;
 } g = { .state = PTHREAD_RWLOCK_INITIALIZER, .meta = PTHREAD_MUTEX_INITIALIZER };
@@ -175,13 +178,17 @@ static void do_cut(void)
 
 /* Every request starts here: EIO after a cut. A mutating one counts
  * towards an armed cut (and the one that fires it fails too). */
-static bool enter(fuse_req_t req, bool mutating)
+static bool enter(fuse_req_t req, const char *mutating)
 {
 	atomic_fetch_add(&g.n_ops, 1);
-	if (mutating) {
+	if (mutating && !is_cut()) {
 		atomic_fetch_add(&g.n_mut, 1);
-		if (atomic_load(&g.armed) > 0 && atomic_fetch_sub(&g.armed, 1) == 1)
+		atomic_store(&g.last_op, mutating);
+		if (atomic_load(&g.armed) > 0 && atomic_fetch_sub(&g.armed, 1) == 1) {
+			/* The operation that fires it names the cut point. */
+			atomic_store(&g.cut_op, mutating);
 			do_cut();
+		}
 	}
 	if (is_cut()) {
 		atomic_fetch_add(&g.n_eio, 1);
@@ -661,7 +668,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct node *d;
 	ssize_t i;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -721,7 +728,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	struct node *n;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -758,7 +765,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r = 0;
 
-	if (!enter(req, (to_set & FUSE_SET_ATTR_SIZE) != 0))
+	if (!enter(req, (to_set & FUSE_SET_ATTR_SIZE) ? "truncate" : NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -813,7 +820,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	struct node *n;
 	char *t = NULL;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -871,7 +878,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct node *n = NULL;
 	int r;
 
-	if (!enter(req, true))
+	if (!enter(req, S_ISDIR(mode) ? "mkdir" : S_ISLNK(mode) ? "symlink" : "mknod"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	r = new_entry(req, parent, name, mode, target, rdev, &n);
@@ -918,7 +925,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	ssize_t i;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, dir ? "rmdir" : "unlink"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -971,7 +978,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	ssize_t i, j;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "rename"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -1056,7 +1063,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct node *n, *d;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "link"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1111,7 +1118,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct node *n = NULL;
 	int r = h ? 0 : -ENOMEM;
 
-	if (!enter(req, true)) {
+	if (!enter(req, "create")) {
 		free(h);
 		return;
 	}
@@ -1145,7 +1152,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct node *n;
 	int r = 0;
 
-	if (!enter(req, (fi->flags & O_TRUNC) != 0))
+	if (!enter(req, (fi->flags & O_TRUNC) ? "open-trunc" : NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1193,7 +1200,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf;
 	ssize_t k;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	h = fh_of(fi);
 	pthread_mutex_lock(&g.meta);
@@ -1233,7 +1240,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	ssize_t k;
 	int r;
 
-	if (!enter(req, true))
+	if (!enter(req, "write"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1260,7 +1267,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	leave();
 	reply_err(req, fh_of(fi) ? 0 : EIO);
@@ -1287,7 +1294,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	struct node *n;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "fsync"))
 		return;
 	atomic_fetch_add(&g.n_fsync, 1);
 	pthread_mutex_lock(&g.meta);
@@ -1319,7 +1326,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct handle *h;
 	struct node *n;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1390,7 +1397,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t used = 0;
 	int r = 0;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	h = fh_of(fi);
 	pthread_mutex_lock(&g.meta);
@@ -1436,7 +1443,7 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	struct node *d;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "fsyncdir"))
 		return;
 	atomic_fetch_add(&g.n_fsyncdir, 1);
 	pthread_mutex_lock(&g.meta);
@@ -1473,7 +1480,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct statvfs sv;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	if (fstatvfs(g.datafd, &sv) < 0) {
 		leave();
@@ -1521,11 +1528,12 @@ static void status_line(char *msg, size_t len)
 {
 	snprintf(msg, len,
 		 "ok state=%s armed=%ld ops=%lu mutating=%lu fsyncs=%lu fsyncdirs=%lu "
-		 "ignored=%lu eio=%lu cuts=%lu reverts=%lu undo_copies=%lu",
+		 "ignored=%lu eio=%lu cuts=%lu reverts=%lu undo_copies=%lu cut_at=%s",
 		 is_cut() ? "cut" : "running", atomic_load(&g.armed), atomic_load(&g.n_ops),
 		 atomic_load(&g.n_mut), atomic_load(&g.n_fsync), atomic_load(&g.n_fsyncdir),
 		 atomic_load(&g.n_ignored), atomic_load(&g.n_eio), atomic_load(&g.n_cuts),
-		 atomic_load(&g.n_reverts), atomic_load(&g.n_undo_copies));
+		 atomic_load(&g.n_reverts), atomic_load(&g.n_undo_copies),
+		 atomic_load(&g.cut_op) ? atomic_load(&g.cut_op) : "-");
 }
 
 static void ctl_command(char *line, char *msg, size_t len)
@@ -1535,6 +1543,13 @@ static void ctl_command(char *line, char *msg, size_t len)
 	if (arg)
 		*arg++ = '\0';
 	if (strcmp(line, "cut") == 0) {
+		if (!is_cut()) {
+			const char *op = atomic_load(&g.last_op);
+
+			/* A timed cut: after the last mutating operation started. */
+			snprintf(g.cut_where, sizeof(g.cut_where), "after-%s", op ? op : "none");
+			atomic_store(&g.cut_op, g.cut_where);
+		}
 		do_cut();
 		snprintf(msg, len, "ok cut");
 	} else if (strcmp(line, "arm") == 0 && arg) {

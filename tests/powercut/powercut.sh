@@ -21,6 +21,10 @@
 #   --seed S            RNG seed (default: random; printed)
 #   --keep-last K       ckptd's keep_last (default 2)
 #   --max-bytes B       largest tensor per rank (default 192K)
+#   --nodes 2           a 2-daemon group (one rank per node, partner memory):
+#                       the commit goes through the group's leader, and a
+#                       third kind of cycle restores a replaced node's rank
+#                       from its partner's memory with a cut during it
 #   --negative MODE     negative control: run ckpt-powerfs with one fsync of
 #                       the commit path ignored and require that the suite
 #                       catches it within --cuts cuts (default 20). MODE:
@@ -37,6 +41,7 @@ CUTS=${PC_CUTS:-}
 SEED=${PC_SEED:-$(( $(date +%s%N) % 1000000007 ))}
 KEEP=${PC_KEEP_LAST:-2}
 MAXB=192K
+NODES=1
 NEG=${PC_MODE:-}
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -44,13 +49,15 @@ while [ $# -gt 0 ]; do
 	--seed) SEED=$2; shift 2 ;;
 	--keep-last) KEEP=$2; shift 2 ;;
 	--max-bytes) MAXB=$2; shift 2 ;;
+	--nodes) NODES=$2; shift 2 ;;
 	--negative) NEG=$2; shift 2 ;;
 	*) echo "usage: $0 [--cuts N] [--seed S] [--keep-last K] [--max-bytes B] [--negative stepdir|manifest|latest]" >&2; exit 2 ;;
 	esac
 done
 [ -n "$CUTS" ] || { [ -n "$NEG" ] && CUTS=20 || CUTS=200; }
 RANDOM=$SEED
-log "seed $SEED (rerun: $0 --seed $SEED --cuts $CUTS${NEG:+ --negative $NEG}), keep_last $KEEP"
+case $NODES in 1|2) ;; *) fail "--nodes must be 1 or 2" ;; esac
+log "seed $SEED (rerun: $0 --seed $SEED --cuts $CUTS --nodes $NODES${NEG:+ --negative $NEG}), keep_last $KEEP, $NODES daemon(s)"
 
 PFS_OPTS=()
 case $NEG in
@@ -73,7 +80,11 @@ RANK_OPTS=(--job "$JOB" --seed 11 --tensors 3 --min-bytes 4K --max-bytes "$MAXB"
 
 declare -A ACKED=()    # step -> 1: a rank was told COMMITTED, not yet retired
 n_cuts=0 n_acked=0 n_checked=0 n_lost=0 n_corrupt=0 n_latest_bad=0 n_retired=0
-n_restores=0 n_restore_bad=0 n_startup=0 n_armed=0 n_timed=0
+n_restores=0 n_restore_bad=0 n_startup=0 n_armed=0 n_timed=0 n_partner=0 n_partner_restores=0
+CLUSTER_ID="pc-$$-$RANDOM"
+if [ "$NODES" -eq 1 ]; then DAEMONS=(d); else DAEMONS=(n0 n1); fi
+# rank_sock R: the socket of rank R's daemon (one rank per node in a group).
+rank_sock() { if [ "$NODES" -eq 1 ]; then echo "$T/d.sock"; else echo "$T/n$1.sock"; fi; }
 next_step=1
 declare -a PIDS=()
 problems=()
@@ -87,41 +98,127 @@ problem() {
 
 is_cut() { [ "$(pfs_stat fs state)" = cut ]; }
 
-# start_ckptd: like ckptd_start, but a start-up that dies of the power cut is
-# an outcome, not a failure. Returns 1 when the power is out.
-start_ckptd() {
-	local sock=$T/d.sock i
+# start_daemon NAME: like ckptd_start, but a start-up that dies of the power
+# cut is an outcome, not a failure. This start's log is $T/cur-NAME.log
+# (appended to ckptd-NAME.log when it is killed). Returns 1 when the power
+# is out.
+start_daemon() {
+	local name=$1 sock=$T/$1.sock i
+	local -a opts=()
 	rm -f "$sock"
-	echo "=== start $(date +%T.%3N) cycle $n_cuts ===" >>"$T/ckptd-d.log"
+	if [ "$NODES" -gt 1 ]; then
+		opts=(--nodes "$NODES" --node-index "${name#n}" --cluster-id "$CLUSTER_ID"
+			--fabric-provider 'tcp;ofi_rxm' --fabric-address 127.0.0.1
+			--peer-timeout-ms 2000 --partner-memory 64MiB --partners 1)
+	fi
+	echo "=== start $(date +%T.%3N) cycle $n_cuts ===" >"$T/cur-$name.log"
 	"$CKPTD" --config '' --root "$ROOT" --socket "$sock" --log-level debug \
 		--keep-last "$KEEP" --staging-bytes 64MiB --workers 2 \
-		--metrics-listen 127.0.0.1:0 >>"$T/ckptd-d.log" 2>&1 &
-	CKPTD_PID[d]=$!
+		--metrics-listen 127.0.0.1:0 "${opts[@]}" >>"$T/cur-$name.log" 2>&1 &
+	CKPTD_PID[$name]=$!
 	for i in $(seq 1 400); do
 		[ -S "$sock" ] && return 0
-		if ! kill -0 "${CKPTD_PID[d]}" 2>/dev/null; then
-			wait "${CKPTD_PID[d]}"
+		if ! kill -0 "${CKPTD_PID[$name]}" 2>/dev/null; then
+			wait "${CKPTD_PID[$name]}"
 			local rc=$?
-			unset "CKPTD_PID[d]"
+			unset "CKPTD_PID[$name]"
 			is_cut && return 1
-			fail "ckptd exited with status $rc at start-up with the power on"
+			fail "ckptd $name exited with status $rc at start-up with the power on"
 		fi
 		sleep 0.025
 	done
 	is_cut && return 1
-	fail "ckptd: socket did not appear within 10 s"
+	fail "ckptd $name: socket did not appear within 10 s"
 }
 
-kill_all() {
+# group_whole NAME...: each named daemon logged the other node up.
+group_whole() {
+	local i name other ok
+	[ "$NODES" -gt 1 ] || return 0
+	for i in $(seq 1 400); do
+		ok=1
+		for name in "$@"; do
+			other=$(( 1 - ${name#n} ))
+			grep -q "peer up.* node=$other " "$T/cur-$name.log" || ok=0
+		done
+		[ "$ok" = 1 ] && return 0
+		is_cut && return 1
+		sleep 0.025
+	done
+	is_cut && return 1
+	fail "the group was not whole within 10 s"
+}
+
+start_ckptd() {
+	local name
+	for name in "${DAEMONS[@]}"; do
+		start_daemon "$name" || return 1
+	done
+	group_whole "${DAEMONS[@]}"
+}
+
+# kill_daemon NAME: kill -9, keep its log.
+kill_daemon() {
+	local name=$1
+	if [ -n "${CKPTD_PID[$name]:-}" ]; then
+		kill -9 "${CKPTD_PID[$name]}" 2>/dev/null
+		{ wait "${CKPTD_PID[$name]}"; } 2>/dev/null
+		unset "CKPTD_PID[$name]"
+	fi
+	if [ -f "$T/cur-$name.log" ]; then
+		cat "$T/cur-$name.log" >>"$T/ckptd-$name.log"
+		grep -c "restored job=$JOB .* tier=partner" "$T/cur-$name.log" >>"$T/partner-restores" 2>/dev/null
+		rm -f "$T/cur-$name.log"
+	fi
+}
+
+kill_ranks() {
 	local p
 	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-	[ -n "${CKPTD_PID[d]:-}" ] && kill -9 "${CKPTD_PID[d]}" 2>/dev/null
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-	[ -n "${CKPTD_PID[d]:-}" ] && wait "${CKPTD_PID[d]}" 2>/dev/null
-	unset "CKPTD_PID[d]"
+	for p in "${PIDS[@]}"; do { wait "$p"; } 2>/dev/null; done
 	PIDS=()
-	RANK_PIDS=()
 }
+
+# kill_all: after the cut, so the order does not matter; one at a time, so
+# that bash does not report a job killed behind our back.
+kill_all() {
+	local name
+	kill_ranks
+	for name in "${DAEMONS[@]}"; do kill_daemon "$name"; done
+}
+
+# start_saves: every rank saves steps back to back from next_step, waiting
+# for each outcome; logs save-R.log.
+start_saves() {
+	local r
+	for r in $(seq 0 $((WORLD - 1))); do
+		"$CKPT_TEST_RANK" --socket "$(rank_sock "$r")" "${RANK_OPTS[@]}" --rank "$r" --world $WORLD \
+			--first "$next_step" --every 1 --count 0 --wait >>"$T/save-$r.log" 2>&1 &
+		PIDS+=("$!")
+	done
+}
+
+# After the ranks died: let a commit in flight end (the newest committed step
+# stops moving), then give node 0 a moment to hold rank 1's partner copy of
+# it. Neither is required: without the copy the restore reads the root.
+settle_and_wait_partner_copy() {
+	local prev= cur i
+	for i in $(seq 1 40); do
+		is_cut && return 0
+		cur=$(newest_committed)
+		[ -n "$cur" ] && [ "$cur" = "$prev" ] && break
+		prev=$cur
+		sleep 0.1
+	done
+	[ -n "$cur" ] || return 0
+	for i in $(seq 1 40); do
+		grep -q "partner copy received job=$JOB step=$cur rank=1 " "$T/cur-n0.log" && return 0
+		sleep 0.05
+	done
+}
+
+# rand_sleep MAX_MS
+rand_sleep() { sleep "$(printf '0.%03d' $((RANDOM % $1)))"; }
 
 newest_committed() { committed_steps "$JOBDIR" | tail -n 1; }
 
@@ -171,11 +268,12 @@ check_restore() {
 	want=$(newest_committed)
 	[ -n "$want" ] || return 0
 	for r in $(seq 0 $((WORLD - 1))); do
-		"$CKPT_TEST_RANK" --socket "$T/d.sock" "${RANK_OPTS[@]}" --rank "$r" --world $WORLD \
+		"$CKPT_TEST_RANK" --socket "$(rank_sock "$r")" "${RANK_OPTS[@]}" --rank "$r" --world $WORLD \
 			--restore latest --expect-step "$want" >"$T/restore-$r.log" 2>&1 &
 		rp+=("$!")
 		PIDS+=("$!")
 	done
+	[ -n "${CUT_DURING_RESTORE:-}" ] && { rand_sleep "$CUT_DURING_RESTORE"; pfs_ctl fs cut >/dev/null; }
 	for r in $(seq 0 $((WORLD - 1))); do
 		wait "${rp[$r]}" || rc=1
 	done
@@ -221,7 +319,11 @@ cut_points() {
 t0=$(date +%s)
 while [ "$n_cuts" -lt "$CUTS" ]; do
 	mode=$((RANDOM % 100))
-	if [ "$mode" -lt 15 ]; then
+	# A group: 30% partner restores, the rest split as for one daemon.
+	if [ "$NODES" -gt 1 ] && [ $((RANDOM % 100)) -lt 30 ]; then
+		kind=partner
+		n_partner=$((n_partner + 1))
+	elif [ "$mode" -lt 15 ]; then
 		# Into start-up recovery (or the first operations after it).
 		pfs_ctl fs arm $((RANDOM % 40 + 1)) >/dev/null
 		n_startup=$((n_startup + 1))
@@ -233,23 +335,31 @@ while [ "$n_cuts" -lt "$CUTS" ]; do
 		kind=timed
 		n_timed=$((n_timed + 1))
 	fi
-	if start_ckptd && check_restore; then
-		for r in $(seq 0 $((WORLD - 1))); do
-			"$CKPT_TEST_RANK" --socket "$T/d.sock" "${RANK_OPTS[@]}" --rank "$r" --world $WORLD \
-				--first "$next_step" --every 1 --count 0 --wait >"$T/save-$r.log" 2>&1 &
-			PIDS+=("$!")
-		done
+	if [ "$kind" = partner ]; then
+		# Node 1 is lost after some commits and replaced; its rank
+		# restores from node 0's memory while the power fails.
+		if start_ckptd && check_restore; then
+			start_saves
+			sleep "1.$((RANDOM % 10))"
+			kill_ranks
+			settle_and_wait_partner_copy
+			kill_daemon n1
+			if ! is_cut && start_daemon n1 && group_whole n0 n1; then
+				CUT_DURING_RESTORE=400 check_restore || true
+			fi
+		fi
+	elif start_ckptd && check_restore; then
+		start_saves
 		case $kind in
 		armed) pfs_ctl fs arm $((RANDOM % 400 + 1)) >/dev/null ;;
-		timed) sleep "$((RANDOM % 1200 / 1000)).$(printf %03d $((RANDOM % 1000)))"
-			pfs_ctl fs cut >/dev/null ;;
+		timed) rand_sleep 1200; pfs_ctl fs cut >/dev/null ;;
 		esac
-		for i in $(seq 1 200); do
-			is_cut && break
-			sleep 0.025
-		done
-		is_cut || pfs_ctl fs cut >/dev/null
 	fi
+	for i in $(seq 1 200); do
+		is_cut && break
+		sleep 0.025
+	done
+	is_cut || pfs_ctl fs cut >/dev/null
 	n_cuts=$((n_cuts + 1))
 	at=$(pfs_stat fs cut_at)
 	CUT_AT[$at]=$(( ${CUT_AT[$at]:-0} + 1 ))
@@ -261,7 +371,7 @@ while [ "$n_cuts" -lt "$CUTS" ]; do
 		break
 	fi
 	if [ $((n_cuts % 20)) -eq 0 ]; then
-		log "$n_cuts cuts ($n_startup start-up, $n_armed armed, $n_timed timed), $n_acked acknowledged commits, $n_checked checked, lost $n_lost, corrupt visible $n_corrupt, $(( $(date +%s) - t0 )) s"
+		log "$n_cuts cuts ($n_startup start-up, $n_armed armed, $n_timed timed, $n_partner partner), $n_acked acknowledged commits, $n_checked checked, lost $n_lost, corrupt visible $n_corrupt, $(( $(date +%s) - t0 )) s"
 	fi
 done
 
@@ -269,11 +379,16 @@ done
 if [ -z "$NEG" ] || [ ${#problems[@]} -eq 0 ]; then
 	start_ckptd || fail "the power went out with nothing armed"
 	check_restore || true
-	ckptd_stop d
+	for name in "${DAEMONS[@]}"; do ckptd_stop "$name"; done
 fi
+for name in "${DAEMONS[@]}"; do
+	[ -f "$T/cur-$name.log" ] && cat "$T/cur-$name.log" >>"$T/ckptd-$name.log"
+	grep -c "restored job=$JOB .* tier=partner" "$T/cur-$name.log" >>"$T/partner-restores" 2>/dev/null
+done
+n_partner_restores=$(awk '{ s += $1 } END { print s + 0 }' "$T/partner-restores" 2>/dev/null || echo 0)
 pfs_stop fs
 
-summary="cuts $n_cuts ($n_startup start-up, $n_armed armed, $n_timed timed), acknowledged commits $n_acked, checked steps $n_checked, retired by retention $n_retired, restores $n_restores, lost $n_lost, corrupt visible $n_corrupt, bad LATEST $n_latest_bad, bad restores $n_restore_bad, $(( $(date +%s) - t0 )) s, seed $SEED"
+summary="daemons $NODES, cuts $n_cuts ($n_startup start-up, $n_armed armed, $n_timed timed, $n_partner partner restore), acknowledged commits $n_acked, checked steps $n_checked, retired by retention $n_retired, restores $n_restores ($n_partner_restores rank restores from partner memory), lost $n_lost, corrupt visible $n_corrupt, bad LATEST $n_latest_bad, bad restores $n_restore_bad, $(( $(date +%s) - t0 )) s, seed $SEED"
 if [ -n "$NEG" ]; then
 	[ ${#problems[@]} -gt 0 ] ||
 		fail "NEGATIVE CONTROL NOT CAUGHT: with ${PFS_OPTS[*]} $n_cuts cuts found nothing ($summary)"

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# powercut-long: the power-cut suite (tests/powercut/powercut.sh) at length,
+# for a benchmark machine: many cuts on one daemon with bigger shards, a
+# 2-daemon group with partner restores, keep_last 0 (no retention: every
+# acknowledged step must stay) and the negative controls, each with its own
+# seed. Prints each run's counts and a summary line per run; exits non-zero
+# if any run failed.
+#
+#   bench/powercut-long.sh [--build DIR] [--cuts N] [--group-cuts N] [--seed S]
+#     --build DIR     build tree (default: build)
+#     --cuts N        cuts of the one-daemon runs (default 2000)
+#     --group-cuts N  cuts of the 2-daemon run (default 500)
+#     --max-bytes B   largest tensor per rank in the big-shard run (default 8M)
+#     --seed S        base seed (default: random; run i uses S+i)
+# Needs root and /dev/fuse. Takes about 1 s per one-daemon cut and 2 s per
+# group cut on an idle 2-core machine (2000 + 500 cuts: roughly an hour).
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$here/build CUTS=2000 GCUTS=500 BIGB=8M
+SEED=$(( $(date +%s) % 1000000 ))
+while [ $# -gt 0 ]; do
+	case $1 in
+	--build) BUILD=$(cd "$2" && pwd); shift 2 ;;
+	--cuts) CUTS=$2; shift 2 ;;
+	--group-cuts) GCUTS=$2; shift 2 ;;
+	--max-bytes) BIGB=$2; shift 2 ;;
+	--seed) SEED=$2; shift 2 ;;
+	-h|--help) sed -n '3,18p' "$0"; exit 0 ;;
+	*) echo "powercut-long: unknown option $1" >&2; exit 2 ;;
+	esac
+done
+export CKPTD=$BUILD/ckptd/ckptd CKPT_INSPECT=$BUILD/tools/ckpt-inspect
+export CKPT_TEST_RANK=$BUILD/tests/integration/ckpt-test-rank CKPT_POWERFS=$BUILD/tests/powercut/ckpt-powerfs
+for b in "$CKPTD" "$CKPT_INSPECT" "$CKPT_TEST_RANK" "$CKPT_POWERFS"; do
+	[ -x "$b" ] || { echo "powercut-long: $b missing (build with -Dtests=true)" >&2; exit 2; }
+done
+suite=$here/tests/powercut/powercut.sh
+runs=(
+	"--cuts $CUTS"
+	"--cuts $((CUTS / 2)) --max-bytes $BIGB"
+	"--cuts $((CUTS / 4)) --keep-last 0"
+	"--cuts $GCUTS --nodes 2"
+	"--negative stepdir --cuts 20"
+	"--negative manifest --cuts 20"
+	"--negative latest --cuts 20"
+)
+failed=0 i=0
+declare -a lines=()
+for args in "${runs[@]}"; do
+	i=$((i + 1))
+	echo "=== powercut-long run $i: $args --seed $((SEED + i)) ==="
+	# shellcheck disable=SC2086
+	out=$(bash "$suite" $args --seed $((SEED + i)) 2>&1 | tee /dev/stderr | grep -E 'powercut( negative)?: ' | tail -n 1)
+	rc=${PIPESTATUS[0]}
+	[ "$rc" -eq 0 ] || failed=$((failed + 1))
+	lines+=("run $i ($args): rc $rc: ${out#*] }")
+done
+echo "=== powercut-long summary (base seed $SEED) ==="
+printf '%s\n' "${lines[@]}"
+exit $((failed > 0))

@@ -89,12 +89,14 @@ while [ "$n_cuts" -lt "$CUTS" ]; do
 		fsync_paths "$ROOT"
 		n_wiped=$((n_wiped + 1))
 	fi
-	if [ $((RANDOM % 2)) -eq 0 ]; then
-		pfs_ctl fs arm $((RANDOM % 40 + 1)) >/dev/null
+	# Mostly armed (an adoption of both ranks is about 340 file
+	# operations), else a timed cut.
+	if [ $((RANDOM % 4)) -ne 0 ]; then
+		pfs_ctl fs arm $((RANDOM % 360 + 1)) >/dev/null
 	fi
 	if start_d; then
 		start_restores
-		sleep "$(printf '0.%03d' $((RANDOM % 900)))"
+		sleep "$(printf '0.%03d' $((RANDOM % 600)))"
 	fi
 	pfs_ctl fs cut >/dev/null
 	n_cuts=$((n_cuts + 1))
@@ -118,11 +120,13 @@ while [ "$n_cuts" -lt "$CUTS" ]; do
 			{ n_latest_bad=$((n_latest_bad + 1)); fail "after cut $n_cuts LATEST says '$latest', not a committed step (committed: $steps)"; }
 	fi
 	# A restore with the power on gets the newest step again.
+	m0=$(pfs_stat fs mutating)
 	start_d || fail "ckptd did not start after cut $n_cuts"
 	start_restores
 	wait_restores || fail "after cut $n_cuts the restore of step $NEWEST failed: $(cat "$T"/restore-*.log | head -n 4)"
 	n_restores=$((n_restores + 1))
 	ckptd_stop d
+	log "cut $n_cuts at $at; committed after it: ${steps:-none}; the restore after it: $(( $(pfs_stat fs mutating) - m0 )) file operations"
 done
 n_adopted=$(grep -c "committed again from S3 job=$JOB" "$T/ckptd-d.log")
 pfs_stop fs

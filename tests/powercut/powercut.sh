@@ -222,21 +222,11 @@ rand_sleep() { sleep "$(printf '0.%03d' $((RANDOM % $1)))"; }
 
 newest_committed() { committed_steps "$JOBDIR" | tail -n 1; }
 
-# check_durable: the on-disk state right after the revert.
-check_durable() {
-	local steps s newer out latest
-	steps=$(committed_steps "$JOBDIR" 2>/dev/null | tr '\n' ' ')
-	if [ -n "$steps" ]; then
-		if ! out=$(timeout 60 "$CKPT_INSPECT" --verify --quiet --no-progress "$JOBDIR" 2>&1); then
-			for s in $steps; do
-				if ! timeout 60 "$CKPT_INSPECT" --verify --quiet --no-progress "$(stepdir "$JOBDIR" "$s")" >/dev/null 2>&1; then
-					n_corrupt=$((n_corrupt + 1))
-					problem "step $s is committed but does not verify: $(echo "$out" | head -n 3 | tr '\n' ' ')"
-				fi
-			done
-		fi
-		for s in $steps; do n_checked=$((n_checked + 1)); done
-	fi
+# check_acked WHEN "COMMITTED STEPS": every acknowledged step is committed,
+# or keep_last newer committed steps exist (retention may have removed it:
+# it is then no longer followed).
+check_acked() {
+	local when=$1 steps=$2 s c newer
 	for s in "${!ACKED[@]}"; do
 		if [ -f "$(stepdir "$JOBDIR" "$s")/MANIFEST.json" ]; then
 			continue
@@ -247,10 +237,43 @@ check_durable() {
 			n_retired=$((n_retired + 1))
 		else
 			n_lost=$((n_lost + 1))
-			problem "step $s was acknowledged COMMITTED and is gone ($newer newer committed steps: $steps)"
+			problem "step $s was acknowledged COMMITTED and is gone $when ($newer newer committed steps: $steps)"
 		fi
 		unset "ACKED[$s]"
 	done
+}
+
+# check_durable: the on-disk state right after the revert.
+check_durable() {
+	local steps s newer out latest
+	steps=$(committed_steps "$JOBDIR" 2>/dev/null | tr '\n' ' ')
+	# Steps not verified before, and every 10th cut all of them (a long
+	# run with keep_last 0 has thousands).
+	local -a fresh=()
+	for s in $steps; do
+		[ -z "${VERIFIED[$s]:-}" ] || [ $((n_cuts % 10)) -eq 0 ] && fresh+=("$s")
+	done
+	if [ ${#fresh[@]} -gt 0 ]; then
+		if [ ${#fresh[@]} -gt 4 ]; then
+			out=$(timeout 300 "$CKPT_INSPECT" --verify --quiet --no-progress "$JOBDIR" 2>&1) || fresh_bad=1
+		else
+			fresh_bad=1
+		fi
+		if [ "${fresh_bad:-0}" = 1 ]; then
+			for s in "${fresh[@]}"; do
+				if ! out=$(timeout 60 "$CKPT_INSPECT" --verify --quiet --no-progress "$(stepdir "$JOBDIR" "$s")" 2>&1); then
+					n_corrupt=$((n_corrupt + 1))
+					problem "step $s is committed but does not verify: $(echo "$out" | head -n 3 | tr '\n' ' ')"
+				fi
+			done
+		fi
+		fresh_bad=0
+		for s in "${fresh[@]}"; do
+			n_checked=$((n_checked + 1))
+			VERIFIED[$s]=1
+		done
+	fi
+	check_acked "after the revert" "$steps"
 	if [ -e "$JOBDIR/LATEST" ]; then
 		latest=$(tr -d ' \n' <"$JOBDIR/LATEST" 2>/dev/null)
 		if ! [[ $latest =~ ^[0-9]+$ ]] || ! [ -f "$(stepdir "$JOBDIR" $((10#$latest)))/MANIFEST.json" ]; then
@@ -310,6 +333,7 @@ collect_acks() {
 	rm -f "$T"/save-*.log
 }
 declare -A SEEN=()
+declare -A VERIFIED=() # step -> 1: verified after an earlier cut
 declare -A CUT_AT=()   # the file operation a cut landed on -> count
 cut_points() {
 	local k
@@ -349,6 +373,9 @@ while [ "$n_cuts" -lt "$CUTS" ]; do
 			fi
 		fi
 	elif start_ckptd && check_restore; then
+		# Start-up recovery (and the job's takeover by the restore) keep
+		# every acknowledged step.
+		check_acked "after ckptd's start-up and a restore" "$(committed_steps "$JOBDIR" | tr '\n' ' ')"
 		start_saves
 		case $kind in
 		armed) pfs_ctl fs arm $((RANDOM % 400 + 1)) >/dev/null ;;

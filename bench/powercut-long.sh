@@ -31,7 +31,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 export CKPTD=$BUILD/ckptd/ckptd CKPT_INSPECT=$BUILD/tools/ckpt-inspect
-export CKPT_TEST_RANK=$BUILD/tests/integration/ckpt-test-rank CKPT_POWERFS=$BUILD/tests/powercut/ckpt-powerfs
+export CKPT_TEST_RANK=$BUILD/tests/integration/ckpt-test-rank CKPT_POWERFS=$BUILD/tests/ckpt-powerfs
 for b in "$CKPTD" "$CKPT_INSPECT" "$CKPT_TEST_RANK" "$CKPT_POWERFS"; do
 	[ -x "$b" ] || { echo "powercut-long: $b missing (build with -Dtests=true)" >&2; exit 2; }
 done
@@ -44,6 +44,7 @@ runs=(
 	"--negative stepdir --cuts 20"
 	"--negative manifest --cuts 20"
 	"--negative latest --cuts 20"
+	"--negative shard --cuts 20"
 )
 failed=0 i=0
 declare -a lines=()

@@ -32,6 +32,8 @@
 #                                 rename and the shard names never durable)
 #                       manifest (fsync of MANIFEST.json.tmp: its bytes)
 #                       latest   (fsync of LATEST.tmp: its bytes)
+#                       shard    (fsync of *.shard: the tensor bytes, which
+#                                 ckptd syncs through io_uring)
 # Prints the counts at the end: cuts, acknowledged commits, checked steps,
 # lost, corrupt visible.
 . "$(dirname "$0")/../integration/lib.sh"
@@ -51,7 +53,7 @@ while [ $# -gt 0 ]; do
 	--max-bytes) MAXB=$2; shift 2 ;;
 	--nodes) NODES=$2; shift 2 ;;
 	--negative) NEG=$2; shift 2 ;;
-	*) echo "usage: $0 [--cuts N] [--seed S] [--keep-last K] [--max-bytes B] [--negative stepdir|manifest|latest]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--cuts N] [--seed S] [--keep-last K] [--max-bytes B] [--negative stepdir|manifest|latest|shard]" >&2; exit 2 ;;
 	esac
 done
 [ -n "$CUTS" ] || { [ -n "$NEG" ] && CUTS=20 || CUTS=200; }
@@ -65,6 +67,7 @@ case $NEG in
 stepdir) PFS_OPTS=(--ignore-fsyncdir-of 'step-*') ;;
 manifest) PFS_OPTS=(--ignore-fsync-of 'MANIFEST.json.tmp') ;;
 latest) PFS_OPTS=(--ignore-fsync-of 'LATEST.tmp') ;;
+shard) PFS_OPTS=(--ignore-fsync-of '*.shard') ;;
 *) fail "unknown --negative mode '$NEG'" ;;
 esac
 [ -n "$NEG" ] && log "NEGATIVE CONTROL: ckpt-powerfs ${PFS_OPTS[*]}: the suite must catch it"

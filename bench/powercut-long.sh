@@ -47,6 +47,7 @@ runs=(
 	"--cuts $((CUTS / 2)) --max-bytes $BIGB"
 	"--cuts $((CUTS / 4)) --keep-last 0"
 	"--cuts $GCUTS --nodes 2"
+	"--cuts $GCUTS --nodes 2 --per-process-dirsync"
 	"--negative stepdir --cuts 20"
 	"--negative manifest --cuts 20"
 	"--negative latest --cuts 20"

@@ -25,6 +25,12 @@
 #                       the commit goes through the group's leader, and a
 #                       third kind of cycle restores a replaced node's rank
 #                       from its partner's memory with a cut during it
+#   --per-process-dirsync
+#                       ckpt-powerfs's per-client model: a directory fsync
+#                       makes durable only the fsyncing process's changes
+#                       (each daemon of a group is a node of a parallel file
+#                       system): every daemon must make durable what it
+#                       created before it votes
 #   --negative MODE     negative control: run ckpt-powerfs with one fsync of
 #                       the commit path ignored and require that the suite
 #                       catches it within --cuts cuts (default 20). MODE:
@@ -44,6 +50,7 @@ SEED=${PC_SEED:-$(( $(date +%s%N) % 1000000007 ))}
 KEEP=${PC_KEEP_LAST:-2}
 MAXB=192K
 NODES=1
+PER_PROCESS=
 NEG=${PC_MODE:-}
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -52,14 +59,15 @@ while [ $# -gt 0 ]; do
 	--keep-last) KEEP=$2; shift 2 ;;
 	--max-bytes) MAXB=$2; shift 2 ;;
 	--nodes) NODES=$2; shift 2 ;;
+	--per-process-dirsync) PER_PROCESS=1; shift ;;
 	--negative) NEG=$2; shift 2 ;;
-	*) echo "usage: $0 [--cuts N] [--seed S] [--keep-last K] [--max-bytes B] [--negative stepdir|manifest|latest|shard]" >&2; exit 2 ;;
+	*) echo "usage: $0 [--cuts N] [--seed S] [--keep-last K] [--max-bytes B] [--nodes 1|2] [--per-process-dirsync] [--negative stepdir|manifest|latest|shard]" >&2; exit 2 ;;
 	esac
 done
 [ -n "$CUTS" ] || { [ -n "$NEG" ] && CUTS=20 || CUTS=200; }
 RANDOM=$SEED
 case $NODES in 1|2) ;; *) fail "--nodes must be 1 or 2" ;; esac
-log "seed $SEED (rerun: $0 --seed $SEED --cuts $CUTS --nodes $NODES${NEG:+ --negative $NEG}), keep_last $KEEP, $NODES daemon(s)"
+log "seed $SEED (rerun: $0 --seed $SEED --cuts $CUTS --nodes $NODES${PER_PROCESS:+ --per-process-dirsync}${NEG:+ --negative $NEG}), keep_last $KEEP, $NODES daemon(s)"
 
 PFS_OPTS=()
 case $NEG in
@@ -70,6 +78,8 @@ latest) PFS_OPTS=(--ignore-fsync-of 'LATEST.tmp') ;;
 shard) PFS_OPTS=(--ignore-fsync-of '*.shard') ;;
 *) fail "unknown --negative mode '$NEG'" ;;
 esac
+[ -n "$PER_PROCESS" ] && PFS_OPTS+=(--per-process-dirsync) &&
+	log "per-process directory sync: each daemon's own directory changes need its own fsync"
 [ -n "$NEG" ] && log "NEGATIVE CONTROL: ckpt-powerfs ${PFS_OPTS[*]}: the suite must catch it"
 
 pfs_start fs "${PFS_OPTS[@]}"
@@ -78,6 +88,7 @@ JOB=pc
 JOBDIR=$ROOT/$JOB
 mkdir "$ROOT"
 fsync_paths "$T/fs"
+pfs_ctl fs sync >/dev/null
 WORLD=2
 RANK_OPTS=(--job "$JOB" --seed 11 --tensors 3 --min-bytes 4K --max-bytes "$MAXB" --timeout-ms 20000)
 

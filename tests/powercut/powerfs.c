@@ -2005,6 +2005,10 @@ int main(int argc, char **argv)
 	fuse_session_destroy(g.se);
 	fuse_opt_free_args(&args);
 	pthread_mutex_lock(&g.meta);
+	/* Pending changes name other nodes: drop them all first. */
+	for (size_t i = 0; i < g.tabcap; i++)
+		if (g.tab[i])
+			pend_free_all(g.tab[i], false);
 	for (size_t i = 0; i < g.tabcap; i++)
 		if (g.tab[i])
 			node_destroy(g.tab[i]);

@@ -163,4 +163,28 @@ out=$(dd if="$M/f" of=/dev/null bs=1M iflag=direct 2>&1) && fail "an O_DIRECT re
 case $out in *"Invalid argument"*) ;; *) fail "O_DIRECT read: '$out', expected EINVAL" ;; esac
 cmp "$T/ref" "$M/f" || fail "a buffered read in --direct-read-einval mode differs"
 pfs_stop dr
+log "13. --per-process-dirsync: a directory fsync covers only the fsyncing process's changes"
+pfs_start pp --per-process-dirsync
+M=$T/pp
+mkdir "$M/d"
+pfs_ctl pp sync >/dev/null
+echo theirs >"$M/d/theirs"        # created by this echo's shell...
+fsync_paths "$M/d/theirs" "$M/d"  # ...fsync'ed by sync(1), another process
+python3 -c '
+import os, sys
+d = sys.argv[1]
+fd = os.open(d + "/mine", os.O_WRONLY | os.O_CREAT, 0o644)
+os.write(fd, b"mine\n"); os.fsync(fd); os.close(fd)
+dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY); os.fsync(dfd); os.close(dfd)
+' "$M/d" || fail "python3 create+fsync"
+pfs_ctl pp cut >/dev/null
+pfs_ctl pp revert >/dev/null
+expect_absent "$M/d/theirs"
+expect_content "$M/d/mine" mine
+echo synced >"$M/d/all"
+pfs_ctl pp sync >/dev/null
+pfs_ctl pp cut >/dev/null
+pfs_ctl pp revert >/dev/null
+expect_content "$M/d/all" synced
+pfs_stop pp
 log "PASS: powerfs model holds"

@@ -12,6 +12,13 @@
  *     --direct-read-einval       open(O_DIRECT) works, but every read through
  *                                a descriptor opened with O_DIRECT fails with
  *                                EINVAL (buffered reads work)
+ *     --per-process-dirsync      each process is a client with its own
+ *                                unsynced directory changes (a node of a
+ *                                parallel file system): an fsync of a
+ *                                directory makes durable only the changes
+ *                                to its entries that the fsyncing process
+ *                                made (create, mkdir, rename, unlink, ...),
+ *                                in their order; the others' stay volatile
  *     --debug                    libfuse's request trace on stderr
  *   ckpt-powerfs ctl SOCK COMMAND [ARG]          talk to a running one
  *     cut        power fails now: from this instant every operation fails
@@ -22,7 +29,11 @@
  *     disarm     forget an armed cut
  *     revert     after a cut (and after the caller killed every process using
  *                the mount): throw away everything not durable, serve again
- *     status     one line: state, counters
+ *     sync       make everything durable now, as syncfs(2) would (for a
+ *                test's setup: with --per-process-dirsync the shell's
+ *                mkdir and its sync(1) are different processes)
+ *     status     one line: state, counters, cut_at (the operation a cut
+ *                landed on; "after-OP" for a timed cut after OP started)
  *   The reply is one line starting with "ok" (exit 0) or "err" (exit 1).
  *   The control socket appears once the file system is mounted.
  *   Stop it with SIGTERM (it unmounts) or `umount MOUNTPOINT`.
@@ -97,6 +108,15 @@ struct dlist {
 	size_t n, cap;
 };
 
+/* --per-process-dirsync: a change to a directory's entries, not yet made
+ * durable by an fsync of that directory by the process that made it. */
+struct pend {
+	struct pend *next;
+	char *name;
+	struct node *child; /* NULL: the name was removed */
+	pid_t client;
+};
+
 struct node {
 	uint64_t ino;
 	mode_t mode;
@@ -111,6 +131,8 @@ struct node {
 	char *name;          /* last live name, for the ignore patterns */
 	uint32_t nlink;      /* live entries naming it */
 	uint32_t dur_refs;   /* durable entries naming it */
+	uint32_t pend_refs;  /* pending changes naming it */
+	struct pend *pend, **pend_tail; /* directories, --per-process-dirsync */
 	uint64_t nlookup;    /* the kernel's references */
 	uint32_t opens;
 	int fd;              /* regular files: live bytes */
@@ -140,6 +162,7 @@ static struct {
 	const char *ignore_fsyncdir[MAX_PATTERNS];
 	int nignore_fsyncdir;
 	bool direct_read_einval;
+	bool per_process;       /* --per-process-dirsync */
 	struct fuse_session *se;
 
 	pthread_rwlock_t state; /* ops shared, revert exclusive */
@@ -150,6 +173,9 @@ static struct {
 	atomic_bool cut;
 	atomic_long armed;      /* >0: cut when it reaches 0 */
 	atomic_ulong epoch;
+	/* The last mutating operation started, and the one at the cut. */
+	_Atomic(const char *) last_op, cut_op;
+	char cut_where[64];
 	atomic_ulong n_ops, n_mut, n_fsync, n_fsyncdir, n_ignored, n_eio, n_cuts, n_reverts,
 		n_undo_copies;
 } g = { .state = PTHREAD_RWLOCK_INITIALIZER, .meta = PTHREAD_MUTEX_INITIALIZER };
@@ -175,13 +201,17 @@ static void do_cut(void)
 
 /* Every request starts here: EIO after a cut. A mutating one counts
  * towards an armed cut (and the one that fires it fails too). */
-static bool enter(fuse_req_t req, bool mutating)
+static bool enter(fuse_req_t req, const char *mutating)
 {
 	atomic_fetch_add(&g.n_ops, 1);
-	if (mutating) {
+	if (mutating && !is_cut()) {
 		atomic_fetch_add(&g.n_mut, 1);
-		if (atomic_load(&g.armed) > 0 && atomic_fetch_sub(&g.armed, 1) == 1)
+		atomic_store(&g.last_op, mutating);
+		if (atomic_load(&g.armed) > 0 && atomic_fetch_sub(&g.armed, 1) == 1) {
+			/* The operation that fires it names the cut point. */
+			atomic_store(&g.cut_op, mutating);
 			do_cut();
+		}
 	}
 	if (is_cut()) {
 		atomic_fetch_add(&g.n_eio, 1);
@@ -319,6 +349,7 @@ static struct node *node_new(mode_t mode, const struct fuse_ctx *ctx)
 	n->uid = ctx ? ctx->uid : 0;
 	n->gid = ctx ? ctx->gid : 0;
 	n->fd = -1;
+	n->pend_tail = &n->pend;
 	clock_gettime(CLOCK_REALTIME, &now);
 	n->atime = n->mtime = n->ctime = now;
 	pthread_rwlock_init(&n->io, NULL);
@@ -385,9 +416,28 @@ static void dur_unref_all(struct node *n)
 	dl_free(&l);
 }
 
+static void pend_free_all(struct node *d, bool unref)
+{
+	struct pend *p = d->pend, *next;
+
+	d->pend = NULL;
+	d->pend_tail = &d->pend;
+	for (; p; p = next) {
+		next = p->next;
+		if (p->child) {
+			p->child->pend_refs--;
+			if (unref)
+				maybe_free(p->child);
+		}
+		free(p->name);
+		free(p);
+	}
+}
+
 static void node_destroy(struct node *n)
 {
 	g.tab[n->ino] = NULL;
+	pend_free_all(n, true);
 	node_release_data(n);
 	dl_free(&n->dur);
 	pthread_rwlock_destroy(&n->io);
@@ -399,7 +449,7 @@ static void maybe_free(struct node *n)
 {
 	if (n->ino == FUSE_ROOT_ID || n->nlookup || n->opens)
 		return;
-	if (!n->dead && (n->nlink || n->dur_refs))
+	if (!n->dead && (n->nlink || n->dur_refs || n->pend_refs))
 		return;
 	dur_unref_all(n);
 	node_destroy(n);
@@ -505,6 +555,139 @@ static int ensure_undo(struct node *n)
 	return 0;
 }
 
+/* The process (thread group) behind a request: one "client" with its own
+ * unsynced directory changes under --per-process-dirsync. */
+static pid_t client_of(fuse_req_t req)
+{
+	const struct fuse_ctx *ctx = fuse_req_ctx(req);
+	char path[64], line[128];
+	pid_t tgid = ctx ? ctx->pid : 0;
+	FILE *f;
+
+	if (tgid <= 0)
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)tgid);
+	f = fopen(path, "re");
+	if (!f)
+		return tgid;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "Tgid:", 5) == 0) {
+			tgid = (pid_t)atoi(line + 5);
+			break;
+		}
+	fclose(f);
+	return tgid;
+}
+
+/* Record a change of d's entries by `client` (g.meta held). */
+static void pend_add(struct node *d, pid_t client, const char *name, struct node *child)
+{
+	struct pend *p;
+
+	if (!g.per_process)
+		return;
+	p = calloc(1, sizeof(*p));
+	if (!p || !(p->name = strdup(name))) {
+		free(p);
+		return; /* out of memory: the change stays volatile */
+	}
+	p->child = child;
+	p->client = client;
+	if (child)
+		child->pend_refs++;
+	*d->pend_tail = p;
+	d->pend_tail = &p->next;
+}
+
+/* name -> child (NULL: none) in d's durable entries (g.meta held). */
+static void dur_set(struct node *d, const char *name, struct node *child)
+{
+	ssize_t i = dl_find(&d->dur, name);
+	struct node *old = i >= 0 ? d->dur.v[i].child : NULL;
+
+	if (old == child)
+		return;
+	if (child) {
+		if (i >= 0)
+			d->dur.v[i].child = child;
+		else if (dl_add(&d->dur, name, child) < 0)
+			return;
+		child->dur_refs++;
+	} else {
+		dl_del(&d->dur, (size_t)i);
+	}
+	if (old) {
+		old->dur_refs--;
+		maybe_free(old);
+	}
+}
+
+/* fsync of d by `client` under --per-process-dirsync: that client's changes,
+ * in order, become durable; the others' stay pending (g.meta held). */
+static void pend_apply(struct node *d, pid_t client)
+{
+	struct pend **pp = &d->pend, *p;
+
+	while ((p = *pp)) {
+		if (p->client != client) {
+			pp = &p->next;
+			continue;
+		}
+		*pp = p->next;
+		if (p->child)
+			p->child->pend_refs--;
+		dur_set(d, p->name, p->child);
+		if (p->child)
+			maybe_free(p->child);
+		free(p->name);
+		free(p);
+	}
+	d->pend_tail = pp;
+	while (*d->pend_tail)
+		d->pend_tail = &(*d->pend_tail)->next;
+}
+
+/* Everything durable now, as syncfs(2) would (ctl "sync"). */
+static int sync_all(char *msg, size_t msglen)
+{
+	size_t dirs = 0, files = 0;
+
+	pthread_rwlock_wrlock(&g.state);
+	pthread_mutex_lock(&g.meta);
+	if (is_cut()) {
+		pthread_mutex_unlock(&g.meta);
+		pthread_rwlock_unlock(&g.state);
+		snprintf(msg, msglen, "err the power is out");
+		return -EIO;
+	}
+	for (size_t i = 1; i < g.next_ino; i++) {
+		struct node *n = g.tab[i];
+
+		if (!n || n->dead)
+			continue;
+		if (S_ISDIR(n->mode)) {
+			pend_free_all(n, false);
+			for (size_t k = 0; k < n->dur.n; k++)
+				n->dur.v[k].child->dur_refs--;
+			dl_copy(&n->dur, &n->live);
+			for (size_t k = 0; k < n->dur.n; k++)
+				n->dur.v[k].child->dur_refs++;
+			dirs++;
+		} else if (S_ISREG(n->mode) && n->undo) {
+			drop_undo_file(n);
+			files++;
+		}
+	}
+	/* Nodes that only a pending change or an old durable entry held. */
+	for (size_t i = 1; i < g.next_ino; i++)
+		if (g.tab[i])
+			maybe_free(g.tab[i]);
+	pthread_mutex_unlock(&g.meta);
+	pthread_rwlock_unlock(&g.state);
+	snprintf(msg, msglen, "ok synced dirs=%zu files=%zu", dirs, files);
+	return 0;
+}
+
 /* ---- revert -------------------------------------------------------------- */
 
 static void mark_reach(struct node *d, bool *reached)
@@ -548,6 +731,11 @@ static int revert(char *msg, size_t msglen)
 		snprintf(msg, msglen, "err out of memory");
 		return -ENOMEM;
 	}
+	for (size_t i = 1; i < g.next_ino; i++)
+		if (g.tab[i]) {
+			pend_free_all(g.tab[i], false);
+			g.tab[i]->pend_refs = 0;
+		}
 	mark_reach(g.tab[FUSE_ROOT_ID], reached);
 	/* Unreachable nodes first: they give up their data and entries. */
 	for (size_t i = 1; i < g.next_ino; i++) {
@@ -661,7 +849,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct node *d;
 	ssize_t i;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -721,7 +909,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	struct node *n;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -758,7 +946,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	struct stat st;
 	int r = 0;
 
-	if (!enter(req, (to_set & FUSE_SET_ATTR_SIZE) != 0))
+	if (!enter(req, (to_set & FUSE_SET_ATTR_SIZE) ? "truncate" : NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -813,7 +1001,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	struct node *n;
 	char *t = NULL;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -857,6 +1045,7 @@ static int new_entry(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 		maybe_free(n);
 		return -ENOMEM;
 	}
+	pend_add(d, client_of(req), name, n);
 	n->nlink = 1;
 	set_name(n, d, name);
 	touch_dir(d);
@@ -871,7 +1060,7 @@ static void make_node(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct node *n = NULL;
 	int r;
 
-	if (!enter(req, true))
+	if (!enter(req, S_ISDIR(mode) ? "mkdir" : S_ISLNK(mode) ? "symlink" : "mknod"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	r = new_entry(req, parent, name, mode, target, rdev, &n);
@@ -901,11 +1090,12 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	make_node(req, parent, name, S_IFLNK | 0777, link, 0);
 }
 
-/* Remove entry i of d (g.meta held). */
-static void unlink_at(struct node *d, size_t i)
+/* Remove entry i of d (g.meta held), a change by `client`. */
+static void unlink_at(struct node *d, size_t i, pid_t client)
 {
 	struct node *c = d->live.v[i].child;
 
+	pend_add(d, client, d->live.v[i].name, NULL);
 	dl_del(&d->live, i);
 	c->nlink--;
 	touch_dir(d);
@@ -918,7 +1108,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	ssize_t i;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, dir ? "rmdir" : "unlink"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -939,7 +1129,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, boo
 	else if (dir && c->live.n)
 		r = -ENOTEMPTY;
 	else
-		unlink_at(d, (size_t)i);
+		unlink_at(d, (size_t)i, client_of(req));
 out:
 	pthread_mutex_unlock(&g.meta);
 	leave();
@@ -968,10 +1158,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
 	struct node *d, *nd, *c, *old = NULL;
+	pid_t client;
 	ssize_t i, j;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "rename"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	d = get_node(parent);
@@ -1022,16 +1213,19 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	}
 	/* Add the new name first (may fail), then drop the replaced and the
 	 * old one: indexes move on deletion, so look them up again. */
+	client = client_of(req);
 	if (j >= 0) {
 		nd->live.v[j].child = c;
 		old->nlink--;
 		c->nlink++;
+		pend_add(nd, client, newname, c);
 	} else {
 		if (dl_add(&nd->live, newname, c) < 0) {
 			r = -ENOMEM;
 			goto out;
 		}
 		c->nlink++;
+		pend_add(nd, client, newname, c);
 	}
 	i = -1;
 	for (size_t k = 0; k < d->live.n; k++)
@@ -1039,7 +1233,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		    !(d == nd && strcmp(name, newname) == 0))
 			i = (ssize_t)k;
 	if (i >= 0)
-		unlink_at(d, (size_t)i);
+		unlink_at(d, (size_t)i, client);
 	set_name(c, nd, newname);
 	touch_dir(nd);
 	if (old)
@@ -1056,7 +1250,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct node *n, *d;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "link"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1073,6 +1267,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 		r = -ENOMEM;
 	if (r == 0) {
 		n->nlink++;
+		pend_add(d, client_of(req), newname, n);
 		touch_dir(d);
 		fill_entry(n, &e);
 	}
@@ -1111,7 +1306,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	struct node *n = NULL;
 	int r = h ? 0 : -ENOMEM;
 
-	if (!enter(req, true)) {
+	if (!enter(req, "create")) {
 		free(h);
 		return;
 	}
@@ -1145,7 +1340,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct node *n;
 	int r = 0;
 
-	if (!enter(req, (fi->flags & O_TRUNC) != 0))
+	if (!enter(req, (fi->flags & O_TRUNC) ? "open-trunc" : NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1193,7 +1388,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf;
 	ssize_t k;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	h = fh_of(fi);
 	pthread_mutex_lock(&g.meta);
@@ -1233,7 +1428,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 	ssize_t k;
 	int r;
 
-	if (!enter(req, true))
+	if (!enter(req, "write"))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1260,7 +1455,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	leave();
 	reply_err(req, fh_of(fi) ? 0 : EIO);
@@ -1287,7 +1482,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	struct node *n;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "fsync"))
 		return;
 	atomic_fetch_add(&g.n_fsync, 1);
 	pthread_mutex_lock(&g.meta);
@@ -1319,7 +1514,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct handle *h;
 	struct node *n;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	pthread_mutex_lock(&g.meta);
 	n = get_node(ino);
@@ -1390,7 +1585,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t used = 0;
 	int r = 0;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	h = fh_of(fi);
 	pthread_mutex_lock(&g.meta);
@@ -1436,7 +1631,7 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	struct node *d;
 	int r = 0;
 
-	if (!enter(req, true))
+	if (!enter(req, "fsyncdir"))
 		return;
 	atomic_fetch_add(&g.n_fsyncdir, 1);
 	pthread_mutex_lock(&g.meta);
@@ -1447,6 +1642,8 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 		atomic_fetch_add(&g.n_ignored, 1);
 	} else if (is_cut()) {
 		r = -EIO;
+	} else if (g.per_process) {
+		pend_apply(d, client_of(req));
 	} else {
 		struct dlist old = d->dur;
 
@@ -1473,7 +1670,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	struct statvfs sv;
 
-	if (!enter(req, false))
+	if (!enter(req, NULL))
 		return;
 	if (fstatvfs(g.datafd, &sv) < 0) {
 		leave();
@@ -1521,11 +1718,12 @@ static void status_line(char *msg, size_t len)
 {
 	snprintf(msg, len,
 		 "ok state=%s armed=%ld ops=%lu mutating=%lu fsyncs=%lu fsyncdirs=%lu "
-		 "ignored=%lu eio=%lu cuts=%lu reverts=%lu undo_copies=%lu",
+		 "ignored=%lu eio=%lu cuts=%lu reverts=%lu undo_copies=%lu cut_at=%s",
 		 is_cut() ? "cut" : "running", atomic_load(&g.armed), atomic_load(&g.n_ops),
 		 atomic_load(&g.n_mut), atomic_load(&g.n_fsync), atomic_load(&g.n_fsyncdir),
 		 atomic_load(&g.n_ignored), atomic_load(&g.n_eio), atomic_load(&g.n_cuts),
-		 atomic_load(&g.n_reverts), atomic_load(&g.n_undo_copies));
+		 atomic_load(&g.n_reverts), atomic_load(&g.n_undo_copies),
+		 atomic_load(&g.cut_op) ? atomic_load(&g.cut_op) : "-");
 }
 
 static void ctl_command(char *line, char *msg, size_t len)
@@ -1535,6 +1733,13 @@ static void ctl_command(char *line, char *msg, size_t len)
 	if (arg)
 		*arg++ = '\0';
 	if (strcmp(line, "cut") == 0) {
+		if (!is_cut()) {
+			const char *op = atomic_load(&g.last_op);
+
+			/* A timed cut: after the last mutating operation started. */
+			snprintf(g.cut_where, sizeof(g.cut_where), "after-%s", op ? op : "none");
+			atomic_store(&g.cut_op, g.cut_where);
+		}
 		do_cut();
 		snprintf(msg, len, "ok cut");
 	} else if (strcmp(line, "arm") == 0 && arg) {
@@ -1556,10 +1761,12 @@ static void ctl_command(char *line, char *msg, size_t len)
 		snprintf(msg, len, "ok disarmed");
 	} else if (strcmp(line, "revert") == 0) {
 		revert(msg, len);
+	} else if (strcmp(line, "sync") == 0) {
+		sync_all(msg, len);
 	} else if (strcmp(line, "status") == 0) {
 		status_line(msg, len);
 	} else {
-		snprintf(msg, len, "err unknown command '%s' (cut, arm N, disarm, revert, status)",
+		snprintf(msg, len, "err unknown command '%s' (cut, arm N, disarm, revert, sync, status)",
 			 line);
 	}
 }
@@ -1628,7 +1835,7 @@ static int ctl_client(int argc, char **argv)
 	int fd;
 
 	if (argc < 4 || argc > 5) {
-		fprintf(stderr, "usage: ckpt-powerfs ctl SOCK cut|arm N|disarm|revert|status\n");
+		fprintf(stderr, "usage: ckpt-powerfs ctl SOCK cut|arm N|disarm|revert|sync|status\n");
 		return 2;
 	}
 	if (strlen(argv[2]) >= sizeof(sa.sun_path)) {
@@ -1665,8 +1872,9 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: ckpt-powerfs [--ctl SOCK] [--ignore-fsync-of GLOB] [--ignore-fsyncdir-of GLOB]\n"
-		"                    [--direct-read-einval] [--debug] STORE MOUNTPOINT\n"
-		"       ckpt-powerfs ctl SOCK cut|arm N|disarm|revert|status\n");
+		"                    [--direct-read-einval] [--per-process-dirsync] [--debug]\n"
+		"                    STORE MOUNTPOINT\n"
+		"       ckpt-powerfs ctl SOCK cut|arm N|disarm|revert|sync|status\n");
 	exit(2);
 }
 
@@ -1723,6 +1931,8 @@ int main(int argc, char **argv)
 			g.ignore_fsyncdir[g.nignore_fsyncdir++] = argv[++i];
 		} else if (strcmp(a, "--direct-read-einval") == 0) {
 			g.direct_read_einval = true;
+		} else if (strcmp(a, "--per-process-dirsync") == 0) {
+			g.per_process = true;
 		} else if (strcmp(a, "--debug") == 0) {
 			debug = true;
 		} else if (a[0] == '-') {
@@ -1795,6 +2005,10 @@ int main(int argc, char **argv)
 	fuse_session_destroy(g.se);
 	fuse_opt_free_args(&args);
 	pthread_mutex_lock(&g.meta);
+	/* Pending changes name other nodes: drop them all first. */
+	for (size_t i = 0; i < g.tabcap; i++)
+		if (g.tab[i])
+			pend_free_all(g.tab[i], false);
 	for (size_t i = 0; i < g.tabcap; i++)
 		if (g.tab[i])
 			node_destroy(g.tab[i]);

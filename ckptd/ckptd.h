@@ -135,6 +135,7 @@ struct job {
 	uint32_t *left;            /* ranks that disconnected and have not come back */
 	size_t n_left, cap_left;
 	unsigned retention_running;
+	unsigned restores;         /* restores in flight: their workers use the job */
 	/* Ownership (coord.c, FORMAT.md "OWNER"): a job is usable once this
 	 * daemon has taken it over on a worker; its waiters are told then. */
 	bool ready;

@@ -790,7 +790,8 @@ struct job *job_get(struct daemon *d, const char *name, bool create)
 
 static bool job_in_use(const struct job *job)
 {
-	if (!job->ready || job->waking || job->clients || job->retention_running)
+	if (!job->ready || job->waking || job->clients || job->retention_running ||
+	    job->restores)
 		return true;
 	for (size_t i = 0; i < job->n_committed; i++)
 		if (job->restore_pins[i])
@@ -1144,6 +1145,20 @@ static int remote_vote_check(int stepfd, struct job *job, struct step *st, uint3
 	return 0;
 }
 
+/*
+ * The manifest may exist although the commit failed (the rename went
+ * through, a later fsync did not): take it back, so that a step its ranks
+ * are told FAILED never becomes visible as committed, at this start or
+ * the next (the failed step's removal would otherwise find a manifest and
+ * keep the step).
+ */
+static void commit_undo(int stepfd)
+{
+	if (unlinkat(stepfd, CKPT_MANIFEST_NAME, 0) == 0 || errno != ENOENT)
+		store_fsync_dir(stepfd);
+	unlinkat(stepfd, CKPT_MANIFEST_NAME ".tmp", 0);
+}
+
 static void commit_run(void *arg)
 {
 	struct commit *cm = arg;
@@ -1220,12 +1235,14 @@ static void commit_run(void *arg)
 	if (r < 0) {
 		snprintf(cm->err, sizeof(cm->err), "writing %s/%s/%s: %s", job->name, name,
 			 CKPT_MANIFEST_NAME, strerror(-r));
+		commit_undo(stepfd);
 		goto out;
 	}
 	/* The step directory's own entry, then LATEST. */
 	r = store_fsync_dir(job->dirfd);
 	if (r < 0) {
 		snprintf(cm->err, sizeof(cm->err), "fsync %s: %s", job->name, strerror(-r));
+		commit_undo(stepfd);
 		goto out;
 	}
 	pthread_mutex_lock(&latest_lock);
@@ -1355,13 +1372,49 @@ int coord_recover(struct daemon *d)
 
 /* ---- The peer link's messages (multi-node groups) -------------------- */
 
+/* A vote for a job this leader has not taken over yet waits for the
+ * takeover (on a worker, as a HELLO does); a refused takeover is answered
+ * with an ABORT that says why, so the voting node's step ends. */
+struct vote_wait {
+	struct daemon *d;
+	uint32_t node;
+	struct peer_msg m;
+};
+
+static void vote_job_ready(void *arg, struct job *job, int error, const char *reason)
+{
+	struct vote_wait *vw = arg;
+
+	if (job) {
+		coord_peer_vote(vw->d, vw->node, &vw->m);
+	} else {
+		log_warn("coord", "vote refused job=%s step=%llu node=%u error=\"%s\"", vw->m.job,
+			 (unsigned long long)vw->m.step, vw->node,
+			 reason ? reason : strerror(-error));
+		peer_send_abort_to(vw->d, vw->node, vw->m.job, vw->m.step,
+				   error < 0 ? error : -CKPT_E_REFUSED,
+				   reason ? reason : "the leader cannot take the job over");
+	}
+	free(vw);
+}
+
 void coord_peer_vote(struct daemon *d, uint32_t node, const struct peer_msg *m)
 {
-	struct job *job = job_get(d, m->job, true);
+	struct job *job = job_get(d, m->job, false);
 	struct step *st;
 
 	if (!job) {
-		log_error("coord", "cannot open job=%s for a vote of node %u", m->job, node);
+		struct vote_wait *vw = malloc(sizeof(*vw));
+		if (vw) {
+			vw->d = d;
+			vw->node = node;
+			vw->m = *m;
+			if (job_open(d, m->job, vote_job_ready, vw) == 0)
+				return;
+			free(vw);
+		}
+		log_error("coord", "out of memory opening job=%s for a vote of node %u", m->job,
+			  node);
 		return;
 	}
 	if (job_is_committed(job, m->step) || peer_recently_committed(d, job->name, m->step)) {

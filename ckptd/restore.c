@@ -997,6 +997,7 @@ static void restore_done(void *arg)
 	}
 free:;
 	struct job *job = rs->job;
+	job->restores--;
 	client_unref(c);
 	uploader_origin_free(&rs->s3);
 	free(rs->cand);
@@ -1067,7 +1068,11 @@ static int restore_begin(struct client *c, uint32_t slot, uint64_t step, uint32_
 	c->slot_state[slot] = SLOT_RESTORING;
 	c->refs++;
 	d->busy++;
+	/* The worker uses the job (its dirfd, name) even if the client goes:
+	 * the job stays until restore_done, committed steps in memory or not. */
+	job->restores++;
 	if (workers_submit(d->workers, restore_run, restore_done, rs) < 0) {
+		job->restores--;
 		for (size_t i = 0; i < rs->n_root; i++)
 			job_pin(job, rs->root_steps[i], -1);
 		uploader_pin(d, job->name, rs->pinned_s3, rs->n_pinned_s3, -1);

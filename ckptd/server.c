@@ -919,6 +919,10 @@ struct list_job {
 	uint64_t *root;
 	size_t n_root;
 	int root_error;
+	/* The worker's own: the client may go, and its job with it, before
+	 * the listing is done. */
+	int dirfd;
+	char job[CKPT_JOB_NAME_MAX + 1];
 };
 
 static void list_run(void *arg)
@@ -926,15 +930,15 @@ static void list_run(void *arg)
 	struct list_job *lj = arg;
 	char err[300] = "";
 
-	lj->root_error = store_list_steps(lj->c->job->dirfd, true, &lj->root, &lj->n_root);
+	lj->root_error = store_list_steps(lj->dirfd, true, &lj->root, &lj->n_root);
 	if (lj->root_error < 0)
 		log_warn("server", "LIST: cannot list the root job=%s error=\"%s\"; answering from "
-			 "memory", lj->c->job->name, strerror(-lj->root_error));
+			 "memory", lj->job, strerror(-lj->root_error));
 	if (!lj->s3.cfg || lj->s3.current)
 		return;
 	if (s3_sync_list_steps(lj->s3.cfg, lj->s3.bucket, lj->s3.job_key, &lj->steps, &lj->n, err,
 			       sizeof(err)) < 0)
-		log_warn("server", "LIST: cannot list S3 job=%s error=\"%s\"", lj->c->job->name, err);
+		log_warn("server", "LIST: cannot list S3 job=%s error=\"%s\"", lj->job, err);
 }
 
 static void list_done(void *arg)
@@ -952,6 +956,7 @@ static void list_done(void *arg)
 			send_list(c, lj->seq, base, n_base, lj->steps, lj->n);
 	}
 	client_unref(c);
+	close(lj->dirfd);
 	uploader_origin_free(&lj->s3);
 	free(lj->steps);
 	free(lj->root);
@@ -971,12 +976,17 @@ static void on_list(struct client *c, const struct ckpt_msg *m)
 		memset(&lj->s3, 0, sizeof(lj->s3));
 	lj->c = c;
 	lj->seq = m->seq;
-	c->refs++;
-	d->busy++;
-	if (workers_submit(d->workers, list_run, list_done, lj) == 0)
-		return;
-	c->refs--;
-	d->busy--;
+	snprintf(lj->job, sizeof(lj->job), "%s", c->job->name);
+	lj->dirfd = fcntl(c->job->dirfd, F_DUPFD_CLOEXEC, 0);
+	if (lj->dirfd >= 0) {
+		c->refs++;
+		d->busy++;
+		if (workers_submit(d->workers, list_run, list_done, lj) == 0)
+			return;
+		c->refs--;
+		d->busy--;
+		close(lj->dirfd);
+	}
 	uploader_origin_free(&lj->s3);
 	free(lj);
 	send_list(c, m->seq, c->job->committed, c->job->n_committed, NULL, 0);

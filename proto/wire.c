@@ -385,6 +385,7 @@ static bool step_out_of_range(const struct ckpt_msg *m, uint64_t *step)
 		*step = m->u.step.step;
 		return !step_ok(*step, false);
 	case CKPT_MSG_RESTORE:
+	case CKPT_MSG_RESTORE_AGREED:
 	case CKPT_MSG_STATUS:
 		*step = m->u.step.step;
 		return !step_ok(*step, true);

@@ -370,21 +370,27 @@ static void round_unlink(struct daemon *d, struct agree_round *rd)
 }
 
 /* Tell one rank, wherever it is, the round's verdict (or a TRY). */
-static void tell_rank(struct daemon *d, const struct agree_round *rd, const char *job,
-		      uint32_t world, uint32_t rank, uint32_t node, enum peer_type type,
-		      uint64_t step, uint64_t xfer, int status, const char *reason)
+/* 0, or -errno when a message for another node could not be sent (a TRY
+ * that never arrives would leave the round waiting for that rank). */
+static int tell_rank(struct daemon *d, const struct agree_round *rd, const char *job,
+		     uint32_t world, uint32_t rank, uint32_t node, enum peer_type type,
+		     uint64_t step, uint64_t xfer, int status, const char *reason)
 {
 	if (node == peer_node_index(d)) {
 		struct agree_rank *ar = rank_find(d, job, rank);
 		if (!ar)
-			return; /* its client went away and was answered */
+			return 0; /* its client went away and was answered */
 		if (type == PEER_AGREE_TRY) {
 			ar->round = xfer;
+			/* The leader is alive and asking: the safety net starts
+			 * again (reading the shard is not limited by it). */
+			ar->deadline_ns = now_ns() + timeout_ns(d) +
+					  2 * (int64_t)d->cfg->peer_timeout_ms * 1000000;
 			rank_try(ar, step);
 		} else {
 			rank_decided(ar, status, step, reason);
 		}
-		return;
+		return 0;
 	}
 	struct peer_msg m;
 	memset(&m, 0, sizeof(m));
@@ -401,6 +407,7 @@ static void tell_rank(struct daemon *d, const struct agree_round *rd, const char
 		log_warn("restore", "agreed restore: %s not sent job=%s rank=%u node=%u error=\"%s\"",
 			 peer_type_name(type), job, rank, node, strerror(-r));
 	(void)rd;
+	return r;
 }
 
 /* The round ends: every rank that joined gets the verdict. */
@@ -456,10 +463,15 @@ static void round_try_current(struct daemon *d, struct agree_round *rd)
 	rd->n_verified = 0;
 	log_info("restore", "agreed restore tries job=%s step=%llu ranks_joined=%u world=%u",
 		 rd->job, (unsigned long long)rd->cand[rd->ci], rd->joined, rd->world);
+	int64_t unreachable = -1;
 	for (uint32_t r = 0; r < rd->world && !rd->finished; r++)
-		if (rd->node_of[r])
-			tell_rank(d, rd, rd->job, rd->world, r, rd->node_of[r] - 1, PEER_AGREE_TRY,
-				  rd->cand[rd->ci], rd->id, 0, NULL);
+		if (rd->node_of[r] &&
+		    tell_rank(d, rd, rd->job, rd->world, r, rd->node_of[r] - 1, PEER_AGREE_TRY,
+			      rd->cand[rd->ci], rd->id, 0, NULL) < 0)
+			unreachable = rd->node_of[r] - 1;
+	if (unreachable >= 0 && !rd->finished)
+		round_finish(d, rd, -CKPT_E_ABORTED, 0, "job %s: agreed restore: node %lld is not "
+			     "reachable", rd->job, (long long)unreachable);
 }
 
 struct list_task {
@@ -661,9 +673,11 @@ static void coord_join(struct daemon *d, const char *job, uint32_t world, uint32
 	rd->node_of[rank] = node + 1;
 	rd->nonce_of[rank] = nonce;
 	rd->joined++;
-	if (!rd->listing)
-		tell_rank(d, rd, job, world, rank, node, PEER_AGREE_TRY, rd->cand[rd->ci], rd->id, 0,
-			  NULL);
+	if (!rd->listing &&
+	    tell_rank(d, rd, job, world, rank, node, PEER_AGREE_TRY, rd->cand[rd->ci], rd->id, 0,
+		      NULL) < 0)
+		round_finish(d, rd, -CKPT_E_ABORTED, 0, "job %s: agreed restore: node %u is not "
+			     "reachable", job, node);
 }
 
 static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint32_t node,
@@ -828,7 +842,8 @@ int agree_poll_ms(struct daemon *d)
 		if (!rd->finished && rd->joined < rd->world && (next < 0 || rd->deadline_ns < next))
 			next = rd->deadline_ns;
 	for (struct agree_rank *ar = a->ranks; ar; ar = ar->next)
-		if (!coord_is_leader(d) && !ar->decided && (next < 0 || ar->deadline_ns < next))
+		if (!coord_is_leader(d) && !ar->decided && !ar->busy && !ar->gone &&
+		    (next < 0 || ar->deadline_ns < next))
 			next = ar->deadline_ns;
 	if (next < 0)
 		return -1;
@@ -871,11 +886,26 @@ void agree_tick(struct daemon *d)
 	}
 	if (coord_is_leader(d))
 		return;
-	for (struct agree_rank *ar = a->ranks, *next; ar; ar = next) {
-		next = ar->next;
-		if (!ar->decided && now >= ar->deadline_ns)
-			rank_decided(ar, -ETIMEDOUT, CKPT_NO_STEP,
-				     "agreed restore: no verdict from the leader (node 0) in time");
+	for (;;) {
+		/* Deciding a rank may free it (and others): look again each time. */
+		struct agree_rank *ar = a->ranks;
+		while (ar && (ar->decided || ar->busy || ar->gone || now < ar->deadline_ns))
+			ar = ar->next;
+		if (!ar)
+			break;
+		/* The leader hears of it, or its round would wait for this rank. */
+		static const char why[] = "agreed restore: no verdict from the leader (node 0) in time";
+		struct peer_msg m;
+		memset(&m, 0, sizeof(m));
+		m.h.type = PEER_AGREE_REPORT;
+		snprintf(m.job, sizeof(m.job), "%s", ar->job);
+		m.world_size = ar->world;
+		m.rank = ar->rank;
+		m.xfer = ar->round ? ar->round : ar->nonce;
+		m.status = -CKPT_E_ABORTED;
+		snprintf(m.reason, sizeof(m.reason), "%s", why);
+		peer_send_agree(d, 0, &m);
+		rank_decided(ar, -ETIMEDOUT, CKPT_NO_STEP, why);
 	}
 }
 

@@ -100,19 +100,6 @@ static int64_t timeout_ns(const struct daemon *d)
 	return (int64_t)d->cfg->restore_agree_timeout_ms * 1000000;
 }
 
-static void append(char *buf, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t cap, const char *fmt, ...)
-{
-	size_t len = strnlen(buf, cap);
-	va_list ap;
-
-	if (len + 1 >= cap)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(buf + len, cap - len, fmt, ap);
-	va_end(ap);
-}
-
 /* ---- the local half ---------------------------------------------------- */
 
 static struct agree_rank *rank_find(struct daemon *d, const char *job, uint32_t rank)
@@ -717,7 +704,7 @@ static void coord_report(struct daemon *d, const char *job, uint32_t rank, uint3
 		  "job=%s step=%llu rank=%u node=%u error=\"%s\"", job, (unsigned long long)step,
 		  rank, rd->node_of[rank] - 1, reason ? reason : "");
 	metrics_inc(M_RESTORE_BAD_STEPS_TOTAL, job);
-	append(rd->warning, sizeof(rd->warning), "%sstep %llu not restored (rank %u: %s)",
+	reason_append(rd->warning, sizeof(rd->warning), "%sstep %llu not restored (rank %u: %s)",
 	       rd->warning[0] ? "; " : "", (unsigned long long)step, rank,
 	       reason && reason[0] ? reason : strerror(-status));
 	if (rd->flags & CKPT_RESTORE_F_EXACT) {
@@ -878,7 +865,7 @@ void agree_tick(struct daemon *d)
 		uint32_t n = 0;
 		for (uint32_t r = 0; r < rd->world; r++)
 			if (!rd->node_of[r] && n++ < 16)
-				append(missing, sizeof(missing), "%s%u", n > 1 ? ", " : "", r);
+				reason_append(missing, sizeof(missing), "%s%u", n > 1 ? ", " : "", r);
 		round_finish(d, rd, -ETIMEDOUT, 0,
 			     "job %s: %u of %u ranks never asked for the agreed restore within %u ms "
 			     "(missing: %s%s)", rd->job, rd->world - rd->joined, rd->world,

@@ -239,6 +239,13 @@ bool job_is_committed(const struct job *job, uint64_t step);
 void coord_adopt(struct job *job, uint64_t step);
 uint64_t job_latest(const struct job *job);
 struct step *step_find(struct job *job, uint64_t step);
+/* The job's open steps, in an array of their own (*out, free()): failing
+ * one may prune failed ones from the job's list. Their number; 0 and
+ * *out NULL when none (or out of memory, logged). */
+size_t job_open_steps(struct job *job, struct step ***out);
+/* Append to a NUL-terminated string in buf[cap], cut where it is full. */
+void reason_append(char *buf, size_t cap, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 struct step *step_get(struct job *job, uint64_t step, uint32_t world_size);
 /* Reuse a failed step's record for a new incarnation of the job. */
 int step_reopen(struct step *st, uint32_t world_size);

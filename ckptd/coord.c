@@ -1564,6 +1564,26 @@ void coord_peer_abort(struct daemon *d, uint32_t node, const struct peer_msg *m)
 
 static void resolve_start(struct step *st, const char *why);
 
+size_t job_open_steps(struct job *job, struct step ***out)
+{
+	size_t n = 0, i = 0;
+
+	*out = NULL;
+	for (struct step *st = job->steps; st; st = st->next)
+		n += st->state == STEP_OPEN;
+	if (n == 0)
+		return 0;
+	*out = calloc(n, sizeof(**out));
+	if (!*out) {
+		log_error("coord", "out of memory failing the steps of job=%s", job->name);
+		return 0;
+	}
+	for (struct step *st = job->steps; st && i < n; st = st->next)
+		if (st->state == STEP_OPEN)
+			(*out)[i++] = st;
+	return n;
+}
+
 void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
 {
 	bool leader = coord_is_leader(d);
@@ -1573,22 +1593,9 @@ void coord_peer_lost(struct daemon *d, uint32_t node, const char *why)
 	if (!leader && node != 0)
 		return;
 	for (struct job *job = d->jobs; job; job = job->next) {
-		/* Failing a step may prune older failed ones from the list:
-		 * take the open ones first. */
-		size_t n = 0, i = 0;
-		for (struct step *st = job->steps; st; st = st->next)
-			n += st->state == STEP_OPEN;
-		if (n == 0)
-			continue;
-		struct step **open = calloc(n, sizeof(*open));
-		if (!open) {
-			log_error("coord", "out of memory failing the steps of job=%s", job->name);
-			continue;
-		}
-		for (struct step *st = job->steps; st && i < n; st = st->next)
-			if (st->state == STEP_OPEN)
-				open[i++] = st;
-		for (i = 0; i < n; i++) {
+		struct step **open = NULL;
+		size_t n = job_open_steps(job, &open);
+		for (size_t i = 0; i < n; i++) {
 			if (!leader && open[i]->inflight == 0 && open[i]->votes_in > 0) {
 				/* Every vote of this node went out: the leader may
 				 * have committed before it was lost. */

@@ -67,9 +67,7 @@ struct restore {
 	struct ckpt_msg_restore_ok ok;
 };
 
-static void append(char *buf, size_t cap, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void append(char *buf, size_t cap, const char *fmt, ...)
+void reason_append(char *buf, size_t cap, const char *fmt, ...)
 {
 	size_t len = strnlen(buf, cap);
 	va_list ap;
@@ -798,7 +796,7 @@ static int try_step_tiers(struct restore *rs, size_t i, char *err, size_t errlen
 		if (rs->cand_s3only[i])
 			snprintf(err, errlen, "S3: %s", err2);
 		else
-			append(err, errlen, "; S3: %s", err2);
+			reason_append(err, errlen, "; S3: %s", err2);
 		s3m_drop(rs);
 		if (f == -ENOENT)
 			f = -CKPT_E_NO_CHECKPOINT;
@@ -850,7 +848,7 @@ static int try_step_retrying(struct restore *rs, size_t i, char *err, size_t err
 		if (r == 0 || r == -CKPT_E_TOO_BIG || restore_error_is_damage(r))
 			return r;
 		if (attempt >= RESTORE_ATTEMPTS) {
-			append(err, errlen, " (read error, %u attempts)", attempt);
+			reason_append(err, errlen, " (read error, %u attempts)", attempt);
 			return r;
 		}
 		log_warn("restore", "read error, retrying job=%s step=%llu rank=%u attempt=%u "
@@ -943,7 +941,7 @@ static void restore_run(void *arg)
 				 rs->ok.warning[0] ? "; before that: " : "", rs->ok.warning);
 			return;
 		}
-		append(rs->ok.warning, sizeof(rs->ok.warning), "%sstep %llu not restored: %s",
+		reason_append(rs->ok.warning, sizeof(rs->ok.warning), "%sstep %llu not restored: %s",
 		       rs->ok.warning[0] ? "; " : "", (unsigned long long)rs->cand[i], err);
 		rs->result = -CKPT_E_CORRUPT;
 		snprintf(rs->err, sizeof(rs->err), "%s", rs->ok.warning);

@@ -478,22 +478,10 @@ static void hello_job_ready(void *arg, struct job *job, int error, const char *r
  */
 static void fail_open_steps_world(struct job *job, uint32_t rank, uint32_t world)
 {
-	size_t n = 0, i = 0;
+	struct step **open = NULL;
+	size_t n = job_open_steps(job, &open);
 
-	for (struct step *st = job->steps; st; st = st->next)
-		n += st->state == STEP_OPEN;
-	if (n == 0)
-		return;
-	/* Failing a step may prune older failed ones from the list. */
-	struct step **open = calloc(n, sizeof(*open));
-	if (!open) {
-		log_error("server", "out of memory failing the open steps of job=%s", job->name);
-		return;
-	}
-	for (struct step *st = job->steps; st && i < n; st = st->next)
-		if (st->state == STEP_OPEN)
-			open[i++] = st;
-	for (i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++)
 		coord_fail(open[i], -CKPT_E_ABORTED, "job %s: rank %u connected with world size "
 			   "%u, step %llu has %u ranks: the job's ranks disagree on the world size",
 			   job->name, rank, world, (unsigned long long)open[i]->step,

@@ -11,8 +11,8 @@
 rgw_up
 ROOT=$T/root
 S3=(--keep-last 0 --s3-url "s3://$S3_BUCKET/rl" --s3-part-size 5MiB --s3-parallel 2 --s3-keep-last 0)
-# 1 MiB/s: about 10 MiB of shards take ten seconds.
-ckptd_start a "$ROOT" "${S3[@]}" --s3-max-rate 1MiB
+# 2 MiB/s: about 10 MiB of shards take several seconds.
+ckptd_start a "$ROOT" "${S3[@]}" --s3-max-rate 2MiB
 ckptd_start b "$ROOT" "${S3[@]}"
 APID=${CKPTD_PID[a]}
 run_ranks 1 save --socket "$(sock a)" --job rl --seed 21 --tensors 2 --min-bytes 2M --max-bytes 3M \

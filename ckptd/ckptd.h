@@ -182,6 +182,7 @@ struct daemon {
 	struct agree *agree;          /* agreed restores waiting here, or NULL (agree.c) */
 	unsigned busy;             /* saves, commits, removals, restores in flight */
 	char daemon_id[40];        /* this run, in OWNER files (coord.c) */
+	char holder_id[512];       /* this daemon across restarts, OWNER's holder= (coord.c) */
 };
 
 /* server.c */
@@ -210,8 +211,17 @@ void slots_watch(struct client *c);
 
 /* coord.c */
 int coord_recover(struct daemon *d);
-/* Apply root retention to job `name` again (S3 confirmed steps of it). */
+/* Take over again, on a worker, the jobs whose OWNER names this daemon as
+ * their holder (it owned them before a crash or a stop), so that their
+ * recovery and S3 uploads resume with no rank connected. Once the
+ * uploader (uploader_init) and the peer link are up. */
+void coord_resume_owned(struct daemon *d);
+/* Apply root retention to job `name` again (S3 confirmed steps of it), if
+ * this daemon has the job loaded; never takes a job over. */
 void coord_retention_recheck(struct daemon *d, const char *name);
+/* Something that kept job `name` loaded (the uploader's last task for it)
+ * is over: release it if nothing else uses it. */
+void coord_job_idle(struct daemon *d, const char *name);
 /* Delete what waits in the trash, in a worker. */
 void coord_trash_empty(struct daemon *d);
 /*

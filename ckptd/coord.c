@@ -348,20 +348,23 @@ static void retention_apply(struct job *job)
 
 void coord_retention_recheck(struct daemon *d, const char *name)
 {
+	/* Only a job this daemon holds: the uploader works only on those, and
+	 * keeps them loaded while it has work (job_in_use). Anything else is
+	 * another daemon's, or nobody's until a rank comes. */
 	struct job *job = job_get(d, name, false);
 
-	if (!job) {
-		/* No rank is connected: load it for this pass; it goes again
-		 * once its removals are done. */
-		struct stat sb;
-		if (fstatat(d->root_fd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(sb.st_mode))
-			return;
-		job = job_get(d, name, true);
-		if (!job)
-			return;
-	}
+	if (!job)
+		return;
 	retention_apply(job);
 	job_release(job);
+}
+
+void coord_job_idle(struct daemon *d, const char *name)
+{
+	struct job *job = job_get(d, name, false);
+
+	if (job)
+		job_release(job);
 }
 
 /* ---- Jobs: ownership, takeover, release ----------------------------- */
@@ -413,6 +416,30 @@ static void owner_me(const struct daemon *d, struct store_owner *me)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	strftime(me->since, sizeof(me->since), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(me->holder, sizeof(me->holder), "%s", d->holder_id);
+}
+
+/*
+ * This daemon as OWNER's holder= names it across restarts (FORMAT.md): a
+ * group's leader by its cluster id and node index, wherever it runs; a
+ * single-node ckptd by its host and control socket (two on one host have
+ * two sockets). Printable ASCII only, as OWNER's readers keep nothing else.
+ */
+static void holder_id(const struct daemon *d, char *out, size_t cap)
+{
+	char host[256] = "";
+
+	if (d->cfg->nodes > 1) {
+		snprintf(out, cap, "group:%s:%u", d->cfg->cluster_id ? d->cfg->cluster_id : "default",
+			 d->cfg->node_index);
+	} else {
+		if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+			snprintf(host, sizeof(host), "unknown");
+		snprintf(out, cap, "single:%s:%s", host, d->cfg->socket_path);
+	}
+	for (char *p = out; *p; p++)
+		if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f)
+			*p = '?';
 }
 
 /* Whether dirfd still is <root>/name (a releasing owner may remove an
@@ -692,6 +719,12 @@ static struct job *takeover_finish(struct takeover *tk)
 	job->dirfd = TAKE_FD(tk->dirfd);
 	job->lock_fd = TAKE_FD(tk->lockfd);
 	job->ready = true;
+	/* The S3 tier works on the jobs this daemon holds, from now on: it
+	 * scans the job (what S3 confirmed, unfinished multipart uploads,
+	 * what is missing), and the job stays loaded (and owned) while it
+	 * has work for it. */
+	if (!d->stopping)
+		uploader_job_owned(d, job->name);
 	uint64_t newest = job_latest(job);
 	log_info("recovery", "job=%s committed=%zu latest=%lld removed=%u owner=%s", job->name,
 		 job->n_committed, newest == CKPT_NO_STEP ? -1LL : (long long)newest, tk->removed,
@@ -793,6 +826,11 @@ static bool job_in_use(const struct job *job)
 	if (!job->ready || job->waking || job->clients || job->retention_running ||
 	    job->restores)
 		return true;
+	/* Uploads (queued, running or waiting for a retry), scans and S3
+	 * deletions: the last steps of a job whose ranks are gone still go
+	 * up before its lock is let go. */
+	if (uploader_has_work(job->d, job->name))
+		return true;
 	for (size_t i = 0; i < job->n_committed; i++)
 		if (job->restore_pins[i])
 			return true;
@@ -850,6 +888,7 @@ void job_release(struct job *job)
 		step_free(st);
 	}
 	job_unlink(job);
+	uploader_job_released(d, job->name);
 	if (job->lock_fd >= 0)
 		log_info("owner", "job released job=%s committed=%zu", job->name, job->n_committed);
 	struct release *rl = calloc(1, sizeof(*rl));
@@ -1365,9 +1404,107 @@ int coord_recover(struct daemon *d)
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
 		rnd = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
 	snprintf(d->daemon_id, sizeof(d->daemon_id), "%016llx", (unsigned long long)rnd);
-	log_info("owner", "daemon id=%s: jobs are taken over (and recovered) at their first HELLO",
-		 d->daemon_id);
+	holder_id(d, d->holder_id, sizeof(d->holder_id));
+	log_info("owner", "daemon id=%s holder=\"%s\": jobs are taken over (and recovered) at "
+		 "their first HELLO, and those this holder owned before at start", d->daemon_id,
+		 d->holder_id);
 	return 0;
+}
+
+/*
+ * The jobs this daemon owned before it stopped or crashed: their OWNER file
+ * names this holder (the lock itself went with the old process). Read
+ * without locking, on a worker (a listing of a shared root and one small
+ * read per job); those are taken over again like at a HELLO, which
+ * recovers them and lets the uploader resume them, and released once idle.
+ * Jobs whose OWNER names another holder, or none, are not touched.
+ */
+struct resume {
+	struct daemon *d;
+	char **names;
+	size_t n_names, n_jobs;
+	int result;
+};
+
+static void resume_run(void *arg)
+{
+	struct resume *rs = arg;
+	struct daemon *d = rs->d;
+	char **jobs = NULL;
+	size_t n = 0;
+
+	rs->result = store_list_jobs(d->root_fd, &jobs, &n);
+	if (rs->result < 0)
+		return;
+	rs->n_jobs = n;
+	rs->names = calloc(n ? n : 1, sizeof(*rs->names));
+	if (!rs->names) {
+		rs->result = -ENOMEM;
+		store_strv_free(jobs, n);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct store_owner o;
+		int fd = openat(d->root_fd, jobs[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+
+		if (fd < 0)
+			continue;
+		if (store_owner_read(fd, &o) == 0 && o.holder[0] && strcmp(o.holder, d->holder_id) == 0)
+			rs->names[rs->n_names++] = TAKE_PTR(jobs[i]);
+		close(fd);
+	}
+	store_strv_free(jobs, n);
+}
+
+static void resume_ready(void *arg, struct job *job, int error, const char *reason)
+{
+	(void)arg;
+	(void)error;
+	(void)reason; /* a refusal is logged by the takeover, naming the job and why */
+	if (job)
+		log_info("owner", "resumed job=%s committed=%zu: owned by this holder before this start",
+			 job->name, job->n_committed);
+}
+
+static void resume_done(void *arg)
+{
+	struct resume *rs = arg;
+	struct daemon *d = rs->d;
+
+	d->busy--;
+	if (rs->result < 0)
+		log_warn("owner", "cannot list %s to resume the jobs this daemon owned: %s", d->cfg->root,
+			 strerror(-rs->result));
+	else
+		log_info("owner", "resuming jobs=%zu (of %zu under the root) owned by holder=\"%s\"",
+			 rs->n_names, rs->n_jobs, d->holder_id);
+	for (size_t i = 0; i < rs->n_names; i++) {
+		if (!d->stopping && job_open(d, rs->names[i], resume_ready, NULL) < 0)
+			log_warn("owner", "cannot resume job=%s: out of memory", rs->names[i]);
+	}
+	store_strv_free(rs->names, rs->n_names);
+	free(rs);
+}
+
+void coord_resume_owned(struct daemon *d)
+{
+	struct resume *rs;
+
+	/* The other nodes of a group own nothing. */
+	if (!coord_is_leader(d))
+		return;
+	rs = calloc(1, sizeof(*rs));
+	if (!rs) {
+		log_warn("owner", "cannot resume the jobs this daemon owned: out of memory");
+		return;
+	}
+	rs->d = d;
+	d->busy++;
+	if (workers_submit(d->workers, resume_run, resume_done, rs) < 0) {
+		d->busy--;
+		free(rs);
+		log_warn("owner", "cannot resume the jobs this daemon owned: out of memory");
+	}
 }
 
 /* ---- The peer link's messages (multi-node groups) -------------------- */

@@ -1392,6 +1392,9 @@ int server_run(struct ckptd_config *cfg)
 		goto out;
 
 	coord_trash_empty(d);
+	/* Jobs this daemon owned before a crash or a stop: their recovery and
+	 * uploads resume without waiting for a rank. */
+	coord_resume_owned(d);
 	log_info("server", "ready socket=%s root=%s staging_bytes=%llu slots_per_rank=%u "
 		 "queue_depth=%u request_size=%llu chunk_size=%llu workers=%u",
 		 cfg->socket_path, cfg->root, (unsigned long long)cfg->staging_bytes,

@@ -1068,8 +1068,9 @@ int store_owner_format(const struct store_owner *o, char *buf, size_t len)
 {
 	int n = snprintf(buf, len,
 			 STORE_OWNER_FORMAT "\nhost=%s\npid=%ld\ndaemon=%s\ncluster=%s\n"
-			 "node=%" PRIu32 "\nnodes=%" PRIu32 "\nsince=%s\n",
-			 o->host, o->pid, o->daemon, o->cluster, o->node, o->nodes, o->since);
+			 "node=%" PRIu32 "\nnodes=%" PRIu32 "\nsince=%s\nholder=%s\n",
+			 o->host, o->pid, o->daemon, o->cluster, o->node, o->nodes, o->since,
+			 o->holder);
 
 	return n < 0 || (size_t)n >= len ? -ENOSPC : n;
 }
@@ -1129,6 +1130,8 @@ int store_owner_parse(const char *buf, size_t len, struct store_owner *o)
 			owner_field(o->cluster, sizeof(o->cluster), v, vl);
 		else if (KEY("since"))
 			owner_field(o->since, sizeof(o->since), v, vl);
+		else if (KEY("holder"))
+			owner_field(o->holder, sizeof(o->holder), v, vl);
 		else if (KEY("pid") && owner_number(v, vl, INT32_MAX, &x))
 			o->pid = (long)x;
 		else if (KEY("node") && owner_number(v, vl, UINT32_MAX, &x))
@@ -1257,4 +1260,19 @@ int store_owner_probe(int jobfd, struct store_owner *holder)
 		return 0;
 	owner_read(fd, holder);
 	return 1;
+}
+
+int store_owner_read(int jobfd, struct store_owner *o)
+{
+	char buf[STORE_OWNER_MAX];
+	ssize_t n;
+
+	memset(o, 0, sizeof(*o));
+	_cleanup_close_ int fd = openat(jobfd, CKPT_OWNER_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = pread(fd, buf, sizeof(buf), 0);
+	if (n < 0)
+		return -errno;
+	return store_owner_parse(buf, (size_t)n, o) == 0 && o->pid > 0 ? 0 : -EBADMSG;
 }

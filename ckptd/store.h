@@ -77,6 +77,9 @@ struct store_owner {
 	char cluster[65];       /* cluster id of its group */
 	uint32_t node, nodes;   /* node index and group size (nodes 1: alone) */
 	char since[32];         /* when it took the lock, UTC, ISO 8601 */
+	/* Who it is across restarts (FORMAT.md, "holder"): "single:HOST:SOCKET"
+	 * or "group:CLUSTER:NODE"; empty when the file predates the key. */
+	char holder[512];
 };
 
 /* OWNER's text for o (NUL-terminated); the length, or -ENOSPC. */
@@ -102,6 +105,13 @@ int store_owner_lock(int jobfd, const struct store_owner *me, int *lockfd,
  * filled as above), 0 when nobody does or there is no OWNER file, -errno.
  */
 int store_owner_probe(int jobfd, struct store_owner *holder);
+/*
+ * Read jobfd's OWNER without locking or waiting: who holds the job now, or
+ * held it last (the file stays after its holder is gone). 0 with *o filled,
+ * -ENOENT when there is no OWNER file, -EBADMSG when it is not one (or is
+ * being rewritten right now), -errno.
+ */
+int store_owner_read(int jobfd, struct store_owner *o);
 
 /* Progress of a verification: called after each chunk. */
 typedef void (*store_progress_fn)(void *opaque, uint64_t done_bytes,

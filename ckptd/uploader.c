@@ -472,14 +472,30 @@ static void queue_metrics(struct uploader *u)
 	metrics_set(M_QUEUE_DEPTH, n, "s3");
 }
 
-/* The task is over (done, or dropped): unlink, free, go on. */
+static bool job_has_tasks(const struct uploader *u, const struct s3job *j)
+{
+	for (const struct task *t = u->head; t; t = t->next)
+		if (t->job == j)
+			return true;
+	return false;
+}
+
+/* The task is over (done, or dropped): unlink, free, go on. The job's last
+ * task lets it go, if nothing else of this daemon uses it. */
 static void task_finish(struct task *t)
 {
 	struct uploader *u = t->u;
+	struct s3job *j = t->job;
 
 	task_unlink(t);
 	task_free(t);
 	queue_metrics(u);
+	if (!job_has_tasks(u, j)) {
+		/* job_release forgets j (uploader_job_released): a copy. */
+		char name[sizeof(j->name)];
+		snprintf(name, sizeof(name), "%s", j->name);
+		coord_job_idle(u->d, name);
+	}
 	pump(u);
 }
 
@@ -1941,11 +1957,10 @@ static void upload_done(struct task *t)
 		 t->bytes_sent, t->parts_reused, secs, secs > 0 ? (double)t->bytes_sent / secs / 1e6 : 0.0);
 	u->backoff_ns = 0;
 	queue_deletions(u, j);
-	/* Confirmed: the root may let it (and what it supersedes) go. */
-	char name[sizeof(j->name)];
-	snprintf(name, sizeof(name), "%s", j->name);
+	/* Confirmed: the root may let it (and what it supersedes) go. While
+	 * the task is still queued: the job is loaded (owned) until it ends. */
+	coord_retention_recheck(u->d, j->name);
 	task_finish(t);
-	coord_retention_recheck(u->d, name);
 }
 
 static void up_leftovers_listed(const struct s3_result *res, void *arg)
@@ -2226,6 +2241,63 @@ void uploader_committed(struct daemon *d, const char *job, uint64_t step)
 	pump(u);
 }
 
+void uploader_job_owned(struct daemon *d, const char *job)
+{
+	struct uploader *u = d->uploader;
+	struct s3job *j;
+
+	if (!u || u->closing)
+		return;
+	j = job_find(u, job, true);
+	if (!j) {
+		/* Nothing scanned: S3's state stays unknown, the root keeps all. */
+		log_error("s3", "out of memory: job=%s not scanned", job);
+		return;
+	}
+	if (!task_find(u, TASK_SCAN, job, 0))
+		task_new(u, TASK_SCAN, j, 0);
+	queue_metrics(u);
+	pump(u);
+}
+
+bool uploader_has_work(const struct daemon *d, const char *job)
+{
+	const struct uploader *u = d->uploader;
+
+	if (!u)
+		return false;
+	for (const struct task *t = u->head; t; t = t->next)
+		if (!strcmp(t->job->name, job))
+			return true;
+	return false;
+}
+
+void uploader_job_released(struct daemon *d, const char *job)
+{
+	struct uploader *u = d->uploader;
+	struct s3job **pp, *j;
+
+	if (!u)
+		return;
+	for (pp = &u->jobs; *pp && strcmp((*pp)->name, job) != 0; pp = &(*pp)->next)
+		;
+	j = *pp;
+	if (!j || job_has_tasks(u, j))
+		return;
+	/* What S3 holds of the job may change under another owner: unknown
+	 * from now on, until this daemon owns and scans it again. */
+	j->scanned = false;
+	j->n_s3 = j->n_verified = 0;
+	j->held = 0;
+	if (j->n_pins)
+		return; /* a restore still reads from S3; it unpins later */
+	*pp = j->next;
+	free(j->s3_steps);
+	free(j->verified);
+	free(j->pins);
+	free(j);
+}
+
 int uploader_origin(const struct daemon *d, const char *job, struct s3_origin *out)
 {
 	struct uploader *u = d->uploader;
@@ -2401,17 +2473,9 @@ int uploader_init(struct daemon *d)
 		 "keep_every=%u %s", u->url.bucket, u->url.prefix, cfg->s3_part_bytes,
 		 cfg->s3_parallel, cfg->s3_keep_last, cfg->s3_keep_every, desc);
 
-	char **jobs = NULL;
-	size_t n = 0;
-	if (store_list_jobs(d->root_fd, &jobs, &n) == 0) {
-		for (size_t i = 0; i < n; i++) {
-			struct s3job *j = job_find(u, jobs[i], true);
-			if (j)
-				task_new(u, TASK_SCAN, j, 0);
-		}
-		store_strv_free(jobs, n);
-	}
-	pump(u);
+	/* No job yet: the tier works on the jobs this daemon owns, each from
+	 * its takeover on (uploader_job_owned), never on the whole root,
+	 * which other daemons' jobs share. */
 	return 0;
 fail:
 	s3_config_free(&u->cfg);

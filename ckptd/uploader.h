@@ -37,9 +37,26 @@
 struct daemon;
 
 /* Start the tier if s3_url is set (else 0 and nothing runs): resolve the
- * configuration and credentials (an error names what is missing), then
- * queue a scan of every job in the root. */
+ * configuration and credentials (an error names what is missing). No job
+ * is looked at until this daemon owns it (uploader_job_owned). */
 int uploader_init(struct daemon *d);
+/*
+ * This daemon took job over (its OWNER lock; on a group's other nodes, the
+ * job is loaded): queue its scan, which rebuilds what S3 has confirmed,
+ * resumes unfinished multipart uploads and queues the missing uploads.
+ * The tier works on no other job.
+ */
+void uploader_job_owned(struct daemon *d, const char *job);
+/*
+ * Whether the tier has work for job (a scan, upload or deletion queued,
+ * running or waiting for a retry): the job stays owned meanwhile. When its
+ * last task ends, the tier calls coord_job_idle().
+ */
+bool uploader_has_work(const struct daemon *d, const char *job);
+/* The job is released: forget what S3 holds of it (another daemon may
+ * change that before this one owns the job again; the next takeover
+ * scans anew). */
+void uploader_job_released(struct daemon *d, const char *job);
 /* The fd the event loop watches (-1 when the tier is off). */
 int uploader_fd(const struct daemon *d);
 /* Handle what is ready on uploader_fd(). */

@@ -7,7 +7,8 @@
 # holder. Once the single daemon has committed its step and released the
 # job (its ranks left), the group's leader takes it over and its saves
 # commit; then the single daemon refuses the job, naming the group (cluster
-# id, node 0).
+# id, node 0). The leader, killed and restarted, takes the job back by
+# itself (OWNER's holder names the group's node 0) and releases it once idle.
 NODES=2
 RANKS_PER_NODE=1
 . "$(dirname "$0")/../integration/lib.sh"
@@ -80,5 +81,22 @@ expect_committed "$JOB" "1 5 6"
 verify "$JOB" 1
 verify "$JOB" 5
 verify "$JOB" 6
+
+log "the leader, restarted after kill -9, takes job co back by itself, and lets it go"
+released=$(grep -c "job released job=co" "$T/ckptd-n0.log")
+ckptd_kill9 n0
+node_start 0
+for i in $(seq 1 100); do
+	[ "$(grep -c "job released job=co" "$T/ckptd-n0.log")" -gt "$released" ] && break
+	sleep 0.1
+done
+grep -q "resumed job=co" "$T/ckptd-n0.log" || fail "the restarted leader did not take job co back"
+[ "$(grep -c "job released job=co" "$T/ckptd-n0.log")" -gt "$released" ] ||
+	fail "the restarted leader kept job co although nothing uses it"
+grep -q "resumed job=co" "$T/ckptd-s.log" "$T/ckptd-n1.log" &&
+	fail "a daemon other than the group's leader resumed job co"
+grep -qx "holder=group:$CLUSTER_ID:0" "$JOB/OWNER" ||
+	fail "$JOB/OWNER does not name the group's leader as its holder: $(cat "$JOB/OWNER")"
+expect_committed "$JOB" "1 5 6"
 ckptd_stop s
 log "pass"

@@ -45,10 +45,21 @@ static int test_text(void)
 	CHECK(strcmp(b.host, "node7") == 0 && b.pid == 4242 && b.node == 0 && b.nodes == 4);
 	CHECK(strcmp(b.daemon, a.daemon) == 0 && strcmp(b.cluster, "grp") == 0);
 	CHECK(strcmp(b.since, a.since) == 0);
+	CHECK_EQ(b.holder[0], 0);
 	store_owner_describe(&b, desc, sizeof(desc));
 	CHECK_CONTAINS(desc, "host node7 pid 4242");
 	CHECK_CONTAINS(desc, "cluster grp, node 0 of 4");
 	CHECK_EQ(store_owner_format(&a, buf, 20), -ENOSPC);
+	/* The identity across restarts round-trips; a file without it (an
+	 * older ckptd's) parses with an empty one, which matches no daemon. */
+	snprintf(a.holder, sizeof(a.holder), "single:node7:/run/ckptd/ckptd.sock");
+	n = store_owner_format(&a, buf, sizeof(buf));
+	CHECK(n > 0);
+	CHECK_EQ(store_owner_parse(buf, (size_t)n, &b), 0);
+	CHECK(strcmp(b.holder, "single:node7:/run/ckptd/ckptd.sock") == 0);
+	static const char old[] = "ckpt-owner 1\nhost=h\npid=7\ndaemon=d\nnodes=1\n";
+	CHECK_EQ(store_owner_parse(old, sizeof(old) - 1, &b), 0);
+	CHECK(b.pid == 7 && b.holder[0] == 0);
 	/* Not ours, or hostile: refused or cleaned, never trusted blindly. */
 	CHECK_EQ(store_owner_parse("ckpt-owner 2\npid=1\n", 19, &b), -EBADMSG);
 	CHECK_EQ(store_owner_parse("", 0, &b), -EBADMSG);
@@ -73,7 +84,12 @@ static int test_lock(int jobfd)
 	owner(&a, "host-a", 100, "aaaaaaaaaaaaaaaa", "default", 0, 1);
 	owner(&b, "host-b", 200, "bbbbbbbbbbbbbbbb", "grp", 0, 2);
 	CHECK_EQ(store_owner_probe(jobfd, &h), 0); /* no OWNER yet */
+	CHECK_EQ(store_owner_read(jobfd, &h), -ENOENT);
+	snprintf(a.holder, sizeof(a.holder), "single:host-a:/tmp/a.sock");
 	CHECK_EQ(store_owner_lock(jobfd, &a, &fa, &h), 0);
+	/* Read without locking, while held and after: the last holder. */
+	CHECK_EQ(store_owner_read(jobfd, &h), 0);
+	CHECK(h.pid == 100 && strcmp(h.holder, "single:host-a:/tmp/a.sock") == 0);
 	CHECK(fa >= 0);
 	CHECK_EQ(fstatat(jobfd, CKPT_OWNER_NAME, &st, 0), 0);
 	CHECK_EQ(store_owner_lock(jobfd, &b, &fb, &h), -EAGAIN);
@@ -86,6 +102,8 @@ static int test_lock(int jobfd)
 	close(fa);
 	fa = -1;
 	CHECK_EQ(store_owner_probe(jobfd, &h), 0);
+	CHECK_EQ(store_owner_read(jobfd, &h), 0);
+	CHECK(strcmp(h.holder, "single:host-a:/tmp/a.sock") == 0);
 	CHECK_EQ(store_owner_lock(jobfd, &b, &fb, &h), 0);
 	CHECK_EQ(store_owner_probe(jobfd, &h), 1);
 	CHECK(strcmp(h.cluster, "grp") == 0 && h.nodes == 2 && h.pid == 200);

@@ -551,12 +551,15 @@ static void job_finish(struct save_job *j)
 	writing_remove(j);
 	metrics_add(M_QUEUE_DEPTH, -1, "write");
 	/* A durable shard of a step still open is copied to the partner
-	 * nodes straight from the slot, which stays ckptd's until then. */
+	 * nodes straight from the slot, which stays ckptd's until then; also
+	 * when its rank died meanwhile (the job was killed right after the
+	 * save): the copy holds the client, so the arena stays mapped, and
+	 * this shard is what a replaced node will restore from. */
 	bool held = false;
 	if (!j->err && st->state != STEP_FAILED)
 		retain_note_durable(c, j->slot, j->step, j->data_bytes, j->index_buf,
 				    j->vote.index_bytes);
-	if (!j->err && st->state != STEP_FAILED && !c->dead && d->peer) {
+	if (!j->err && st->state != STEP_FAILED && d->peer) {
 		j->vote.shard_bytes = j->data_bytes;
 		j->vote.blob_bytes = j->blob_bytes;
 		j->vote.blob_crc32c = j->blob_crc;

@@ -267,8 +267,10 @@ resumed=$(sed -n 's/^resumed from step \([0-9]*\)$/\1/p' "$work/train-2.log")
 [ "$resumed" = "$crashed_at" ] ||
 	{ echo "demo: resumed from step '${resumed}', expected $crashed_at" >&2; exit 1; }
 note "where each rank's shard came from (tier=memory: the arena the killed rank left on its own node; tier=partner: node 1's ranks from the copy in node 0's memory):"
-grep -hE "info restore: restored job=$job step=$resumed " "$work"/ckptd-node*.log | sed 's/^[^ ]* //' | indent
-grep -qE "info restore: restored job=$job step=$resumed rank=[23] .*tier=partner" "$work/ckptd-node1.log" ||
+# ckpt-train resumes through the agreed restore ("agreed job=..."); a
+# rank on its own logs "restored job=...".
+grep -hE "info restore: (agreed|restored) job=$job step=$resumed " "$work"/ckptd-node*.log | sed 's/^[^ ]* //' | indent
+grep -qE "info restore: (agreed|restored) job=$job step=$resumed rank=[23] .*tier=partner" "$work/ckptd-node1.log" ||
 	{ echo "demo: node 1's ranks did not restore from partner memory" >&2; exit 1; }
 note "the loss carries on from step $resumed:"
 loss_lines "$work/train-2.log" | head -n 8 | indent

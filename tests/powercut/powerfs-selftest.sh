@@ -186,5 +186,28 @@ pfs_ctl pp sync >/dev/null
 pfs_ctl pp cut >/dev/null
 pfs_ctl pp revert >/dev/null
 expect_content "$M/d/all" synced
+log "14. --per-process-dirsync: a pending rename into a newer directory is dropped cleanly by a cut"
+# f is older (a lower inode) than the directory it moves into: the revert
+# must give back the pending entry's reference without wrapping f's count.
+echo older >"$M/f"
+mkdir "$M/z"
+pfs_ctl pp sync >/dev/null
+mv "$M/f" "$M/z/f"
+pfs_ctl pp cut >/dev/null
+pfs_ctl pp revert >/dev/null
+expect_content "$M/f" older
+expect_absent "$M/z/f"
+python3 -c '
+import os, sys
+m = sys.argv[1]
+os.rename(m + "/f", m + "/z/f")
+dfd = os.open(m, os.O_RDONLY | os.O_DIRECTORY); os.fsync(dfd); os.close(dfd)
+os.unlink(m + "/z/f")
+' "$M" || fail "python3 rename+fsync+unlink"
+pfs_ctl pp sync >/dev/null
+pfs_ctl pp cut >/dev/null
+pfs_ctl pp revert >/dev/null
+expect_absent "$M/f"
+expect_absent "$M/z/f"
 pfs_stop pp
 log "PASS: powerfs model holds"

@@ -731,10 +731,18 @@ static int revert(char *msg, size_t msglen)
 		snprintf(msg, msglen, "err out of memory");
 		return -ENOMEM;
 	}
+	/* Every pending change is lost. Each one gives back the reference it
+	 * holds on its child, so all counts end at zero. Zeroing a count while
+	 * a later directory's list still names that node would make it wrap
+	 * and free the node under a pending change made after the revert. */
 	for (size_t i = 1; i < g.next_ino; i++)
-		if (g.tab[i]) {
+		if (g.tab[i])
 			pend_free_all(g.tab[i], false);
-			g.tab[i]->pend_refs = 0;
+	for (size_t i = 1; i < g.next_ino; i++)
+		if (g.tab[i] && g.tab[i]->pend_refs) {
+			fprintf(stderr, "ckpt-powerfs: inode %zu still has %u pending references after the revert\n",
+				i, g.tab[i]->pend_refs);
+			abort();
 		}
 	mark_reach(g.tab[FUSE_ROOT_ID], reached);
 	/* Unreachable nodes first: they give up their data and entries. */

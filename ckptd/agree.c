@@ -314,7 +314,7 @@ void agree_request(struct client *c, uint32_t slot, uint64_t step, uint32_t flag
 	snprintf(ar->tier, sizeof(ar->tier), "root");
 	/* Beyond the coordinator's deadline: on another node, the leader may
 	 * go silent without being declared lost in time. */
-	ar->deadline_ns = now_ns() + timeout_ns(d) + 2 * (int64_t)d->cfg->peer_timeout_ms * 1000000;
+	ar->deadline_ns = ckpt_mono_ns() + timeout_ns(d) + 2 * (int64_t)d->cfg->peer_timeout_ms * 1000000;
 	c->slot_state[slot] = SLOT_RESTORING;
 	ar->next = a->ranks;
 	a->ranks = ar;
@@ -371,7 +371,7 @@ static int tell_rank(struct daemon *d, const struct agree_round *rd, const char 
 			ar->round = xfer;
 			/* The leader is alive and asking: the safety net starts
 			 * again (reading the shard is not limited by it). */
-			ar->deadline_ns = now_ns() + timeout_ns(d) +
+			ar->deadline_ns = ckpt_mono_ns() + timeout_ns(d) +
 					  2 * (int64_t)d->cfg->peer_timeout_ms * 1000000;
 			rank_try(ar, step);
 		} else {
@@ -595,7 +595,7 @@ static struct agree_round *round_open(struct daemon *d, const char *job, uint32_
 	rd->want = want;
 	rd->flags = flags;
 	rd->id = (++a->next_id & PEER_XFER_MASK) ? (a->next_id & PEER_XFER_MASK) : 1;
-	rd->deadline_ns = now_ns() + timeout_ns(d);
+	rd->deadline_ns = ckpt_mono_ns() + timeout_ns(d);
 	rd->listing = true;
 	t->d = d;
 	t->rd = rd;
@@ -818,7 +818,7 @@ void agree_node_lost(struct daemon *d, uint32_t node, const char *why)
 int agree_poll_ms(struct daemon *d)
 {
 	struct agree *a = d->agree;
-	int64_t next = -1, now = now_ns();
+	int64_t next = -1, now = ckpt_mono_ns();
 
 	if (!a)
 		return -1;
@@ -840,7 +840,7 @@ int agree_poll_ms(struct daemon *d)
 void agree_tick(struct daemon *d)
 {
 	struct agree *a = d->agree;
-	int64_t now = now_ns();
+	int64_t now = ckpt_mono_ns();
 
 	if (!a)
 		return;

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "config.h"
 #include "events.h"
 #include "log.h"
@@ -333,7 +334,5 @@ int restore_attempt_start(struct client *c, uint32_t slot, uint64_t step,
 /* Whether a restore error means the step's copy is damaged (and an older
  * step may be used) rather than that reading it failed. */
 bool restore_error_is_damage(int r);
-
-int64_t now_ns(void);
 
 #endif

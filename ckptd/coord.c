@@ -132,7 +132,7 @@ static int trash_move(struct daemon *d, struct job *job, int jobfd, const char *
 
 	if (d->trash_fd >= 0) {
 		snprintf(tname, sizeof(tname), "%s.%s.%lld.%llu", job ? job->name : "job", name,
-			 (long long)now_ns(), (unsigned long long)__atomic_add_fetch(&d->trash_seq, 1, __ATOMIC_RELAXED));
+			 (long long)ckpt_mono_ns(), (unsigned long long)__atomic_add_fetch(&d->trash_seq, 1, __ATOMIC_RELAXED));
 		if (renameat(jobfd, name, d->trash_fd, tname) == 0)
 			return 0;
 		if (errno == ENOENT)
@@ -955,7 +955,7 @@ static int step_init(struct step *st, uint32_t world_size)
 	st->error = 0;
 	st->reason[0] = 0;
 	st->skipped = false;
-	st->opened_ns = now_ns();
+	st->opened_ns = ckpt_mono_ns();
 	st->votes = calloc(world_size, sizeof(*st->votes));
 	st->saving = calloc(world_size, 1);
 	return st->votes && st->saving ? 0 : -ENOMEM;
@@ -1318,7 +1318,7 @@ static void commit_done(void *arg)
 	st->state = STEP_COMMITTED;
 	if (committed_insert(job, st->step) < 0)
 		log_error("coord", "out of memory recording a commit job=%s", job->name);
-	int64_t now = now_ns();
+	int64_t now = ckpt_mono_ns();
 	double secs = (double)(now - st->opened_ns) / 1e9;
 	log_info("coord", "committed job=%s step=%llu ranks=%u bytes=%llu seconds=%.3f "
 		 "last_vote_seconds=%.6f", job->name, (unsigned long long)st->step, st->world_size,
@@ -1352,7 +1352,7 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 	memset(vote, 0, sizeof(*vote));
 	st->votes[rank].durable = true;
 	st->votes_in++;
-	st->last_vote_ns = now_ns();
+	st->last_vote_ns = ckpt_mono_ns();
 	if (d->peer && !coord_is_leader(d)) {
 		/* The leader counts; this node forwards its own ranks' votes. */
 		if (!st->votes[rank].remote &&
@@ -1371,7 +1371,7 @@ void coord_vote(struct step *st, uint32_t rank, struct rank_vote *vote)
 		return;
 	}
 	cm->st = st;
-	cm->started_ns = now_ns();
+	cm->started_ns = ckpt_mono_ns();
 	st->state = STEP_COMMITTING;
 	d->busy++;
 	metrics_add(M_QUEUE_DEPTH, 1, "commit");
@@ -1402,7 +1402,7 @@ int coord_recover(struct daemon *d)
 			 strerror(errno));
 	d->trash_fd = openat(d->root_fd, ".trash", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
-		rnd = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+		rnd = (uint64_t)ckpt_mono_ns() ^ ((uint64_t)getpid() << 32);
 	snprintf(d->daemon_id, sizeof(d->daemon_id), "%016llx", (unsigned long long)rnd);
 	holder_id(d, d->holder_id, sizeof(d->holder_id));
 	log_info("owner", "daemon id=%s holder=\"%s\": jobs are taken over (and recovered) at "
@@ -1633,7 +1633,7 @@ static void committed_elsewhere(struct job *job, uint64_t step, const char *how)
 	metrics_set(M_NEWEST_COMMITTED_STEP, (double)job_latest(job), job->name, "root");
 	st = step_find(job, step);
 	if (st) {
-		double secs = (double)(now_ns() - st->opened_ns) / 1e9;
+		double secs = (double)(ckpt_mono_ns() - st->opened_ns) / 1e9;
 		log_info("coord", "committed %s job=%s step=%llu ranks=%u seconds=%.3f", how,
 			 job->name, (unsigned long long)step, st->world_size, secs);
 		metrics_inc(M_SAVES_TOTAL, job->name, "committed");

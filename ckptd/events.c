@@ -20,6 +20,7 @@
 #include <jansson.h>
 
 #include "ckpt-build-config.h"
+#include "clock.h"
 #include "config.h"
 #include "events.h"
 #include "log.h"
@@ -113,14 +114,6 @@ bool events_wanted(enum event_kind kind)
 {
 	return (unsigned)kind < EVENT__COUNT &&
 	       (atomic_load_explicit(&ev.mask, memory_order_relaxed) & (1u << kind));
-}
-
-static double mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 static double unix_now(void)
@@ -460,11 +453,11 @@ static int post(CURL *curl, const char *body, long timeout_ms, long *status, CUR
 static void backoff(double secs)
 {
 	pthread_mutex_lock(&ev.lock);
-	double until = mono_now() + secs;
+	double until = ((double)ckpt_mono_ns() / 1e9) + secs;
 	if (ev.stop && ev.flush_deadline < until)
 		until = ev.flush_deadline;
 	pthread_mutex_unlock(&ev.lock);
-	double left = until - mono_now();
+	double left = until - ((double)ckpt_mono_ns() / 1e9);
 	if (left > 0) {
 		struct timespec ts = { (time_t)left, (long)((left - (double)(time_t)left) * 1e9) };
 		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
@@ -488,7 +481,7 @@ static void send_event(CURL *curl, const struct event *e)
 
 		pthread_mutex_lock(&ev.lock);
 		if (ev.stop) {
-			double left = ev.flush_deadline - mono_now();
+			double left = ev.flush_deadline - ((double)ckpt_mono_ns() / 1e9);
 			timeout_ms = left < 0.5 ? 500 : left * 1000 < REQUEST_TIMEOUT_MS ? (long)(left * 1000)
 											 : REQUEST_TIMEOUT_MS;
 		}
@@ -531,7 +524,7 @@ static void *sender_main(void *arg)
 
 	pthread_mutex_lock(&ev.lock);
 	for (;;) {
-		double now = mono_now();
+		double now = ((double)ckpt_mono_ns() / 1e9);
 
 		if (ev.stop && (ev.n == 0 || now >= ev.flush_deadline))
 			break;
@@ -645,7 +638,7 @@ int events_start(const struct ckptd_config *cfg)
 	ev.rate_per_s = cfg->webhook_rate / 60.0;
 	ev.burst = cfg->webhook_rate < 1 ? 1 : cfg->webhook_rate;
 	ev.tokens = ev.burst;
-	ev.refilled_at = mono_now();
+	ev.refilled_at = ((double)ckpt_mono_ns() / 1e9);
 	ev.head = ev.n = 0;
 	ev.stop = false;
 	ev.running = true;
@@ -681,7 +674,7 @@ void events_stop(void)
 	}
 	atomic_store(&ev.mask, 0u);
 	ev.stop = true;
-	ev.flush_deadline = mono_now() + FLUSH_SECONDS;
+	ev.flush_deadline = ((double)ckpt_mono_ns() / 1e9) + FLUSH_SECONDS;
 	pthread_cond_broadcast(&ev.cond);
 	pthread_mutex_unlock(&ev.lock);
 	/* The sender owns the curl handle until it returns it. */

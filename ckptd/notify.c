@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <time.h>
 
+#include "clock.h"
 #include "ckpt-build-config.h"
 #include "notify.h"
 
@@ -13,14 +14,6 @@
 /* Watchdog interval in ns (0: none) and when the last ping went out. */
 static uint64_t watchdog_ns;
 static uint64_t watchdog_last_ns;
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 /* One datagram: the fixed fields, then STATUS=<text>. */
 __attribute__((format(printf, 2, 0)))
@@ -57,7 +50,7 @@ void notify_ready(const char *fmt, ...)
 	/* 0 = keep $WATCHDOG_USEC: ckptd execs nothing that could inherit it. */
 	if (sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
 		watchdog_ns = usec * 1000u;
-		watchdog_last_ns = mono_ns();
+		watchdog_last_ns = (uint64_t)ckpt_mono_ns();
 		sd_notify(0, "WATCHDOG=1");
 	}
 }
@@ -86,7 +79,7 @@ int notify_watchdog_timeout(int timeout_ms)
 {
 	if (!watchdog_ns)
 		return timeout_ms;
-	uint64_t due = watchdog_last_ns + watchdog_ns / 2, now = mono_ns();
+	uint64_t due = watchdog_last_ns + watchdog_ns / 2, now = (uint64_t)ckpt_mono_ns();
 	/* Round up so the loop does not spin on a sub-millisecond remainder. */
 	int64_t left_ms = now >= due ? 0 : (int64_t)((due - now + 999999) / 1000000);
 
@@ -99,7 +92,7 @@ void notify_watchdog_tick(void)
 {
 	if (!watchdog_ns)
 		return;
-	uint64_t now = mono_ns();
+	uint64_t now = (uint64_t)ckpt_mono_ns();
 
 	if (now - watchdog_last_ns >= watchdog_ns / 2) {
 		watchdog_last_ns = now;

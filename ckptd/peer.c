@@ -264,7 +264,7 @@ static void reject(struct peerlink *pl, const char *reason, const char *fmt, ...
 {
 	char text[512];
 	va_list ap;
-	int64_t now = now_ns();
+	int64_t now = ckpt_mono_ns();
 
 	metrics_inc(M_PEER_REJECTED_TOTAL, reason);
 	/* A flood of bad messages is logged at most ten times a second. */
@@ -863,7 +863,7 @@ static struct xfer *xfer_new(struct peerlink *pl, enum xfer_kind kind, uint32_t 
 	snprintf(x->job, sizeof(x->job), "%s", job);
 	x->step = step;
 	x->rank = rank;
-	x->started_ns = now_ns();
+	x->started_ns = ckpt_mono_ns();
 	x->deadline_ns = x->started_ns + timeout_ns(pl);
 	x->next = pl->xfers;
 	pl->xfers = x;
@@ -993,7 +993,7 @@ static void hold_release(struct peerlink *pl, struct hold *h)
 static void xfer_finish(struct peerlink *pl, struct xfer *x)
 {
 	struct peer_msg m;
-	double secs = (double)(now_ns() - x->started_ns) / 1e9;
+	double secs = (double)(ckpt_mono_ns() - x->started_ns) / 1e9;
 
 	x->finished = true;
 	switch (x->kind) {
@@ -1855,7 +1855,7 @@ static void on_hello(struct peerlink *pl, const struct peer_msg *m)
 		return;
 	}
 	nd->epoch = m->h.from_epoch;
-	nd->last_heard_ns = now_ns();
+	nd->last_heard_ns = ckpt_mono_ns();
 	if (!nd->up) {
 		nd->up = true;
 		log_info("peer", "peer up node=%u epoch=%016llx", k, (unsigned long long)nd->epoch);
@@ -1917,7 +1917,7 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		send_hello(pl, k, false);
 		return;
 	}
-	nd->last_heard_ns = now_ns();
+	nd->last_heard_ns = ckpt_mono_ns();
 	switch (m.h.type) {
 	case PEER_HEARTBEAT:
 		break;
@@ -2028,7 +2028,7 @@ static void on_completion(struct peerlink *pl, struct op *op, size_t len, int er
 				  op->len);
 		else
 			x->done_pieces++;
-		x->deadline_ns = now_ns() + timeout_ns(pl);
+		x->deadline_ns = ckpt_mono_ns() + timeout_ns(pl);
 		free(op);
 		xfer_progress(pl, x);
 		break;
@@ -2118,7 +2118,7 @@ static void take_fetches(struct peerlink *pl)
 
 static void tick(struct peerlink *pl)
 {
-	int64_t now = now_ns();
+	int64_t now = ckpt_mono_ns();
 	struct peer_msg m;
 
 	if (!pl->duplicate_logged)
@@ -2242,7 +2242,7 @@ int peer_poll_ms(struct daemon *d)
 	if (!pl)
 		return -1;
 	if (pl->stopping && pl->xfers && pl->ep &&
-	    now_ns() - pl->stop_ns > (int64_t)STOP_GRACE_S * 1000000000)
+	    ckpt_mono_ns() - pl->stop_ns > (int64_t)STOP_GRACE_S * 1000000000)
 		abandon_transfers(pl);
 	if (!pl->ep)
 		return pl->xfers ? 10 : -1;
@@ -2479,7 +2479,7 @@ void peer_stop(struct daemon *d)
 	pthread_mutex_lock(&fetch_lock);
 	pl->stopping = true;
 	pthread_mutex_unlock(&fetch_lock);
-	pl->stop_ns = now_ns();
+	pl->stop_ns = ckpt_mono_ns();
 	for (struct xfer *x = pl->xfers; x; x = x->next)
 		xfer_fail(x, -ECANCELED, "ckptd is stopping");
 	take_fetches(pl);

@@ -89,7 +89,7 @@ static void retained_drop(struct daemon *d, struct retained *r)
 
 static void retain_expire(struct daemon *d)
 {
-	int64_t now = now_ns();
+	int64_t now = ckpt_mono_ns();
 
 	for (struct retained *r = d->retained, *next; r; r = next) {
 		next = r->next;
@@ -126,7 +126,7 @@ bool retain_take_arena(struct client *c)
 	r->slot_off = (uint64_t)c->own_slot * c->slot_bytes;
 	r->arena = c->arena;
 	r->arena_bytes = c->arena_bytes;
-	r->since_ns = now_ns();
+	r->since_ns = ckpt_mono_ns();
 	c->own_index = NULL;
 	c->arena = NULL;
 	/* The mapping is what holds the memory; the memfd can go. */

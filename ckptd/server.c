@@ -1461,7 +1461,7 @@ int server_run(struct ckptd_config *cfg)
 			if (!is_tag(evs[i].data.ptr))
 				client_unref(evs[i].data.ptr);
 		agree_tick(d);
-		coord_tick(d, now_ns());
+		coord_tick(d, ckpt_mono_ns());
 	}
 	log_info("server", "stopped cleanly");
 	r = 0;

@@ -179,14 +179,6 @@ struct uploader {
 enum { TAG_CLIENT_TIMER = 1, TAG_RETRY_TIMER = 2, TAG_FD = 3 };
 #define EV_DATA(tag, fd) (((uint64_t)(tag) << 32) | (uint32_t)(fd))
 
-static uint64_t now_mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void pump(struct uploader *u);
 static void task_step(struct task *t);
 
@@ -537,7 +529,7 @@ static void arm_retry_timer(struct uploader *u)
 			soonest = t->not_before_ns;
 	struct itimerspec its = { 0 };
 	if (soonest) {
-		uint64_t now = now_mono_ns(), wait = soonest > now ? soonest - now : 1;
+		uint64_t now = (uint64_t)ckpt_mono_ns(), wait = soonest > now ? soonest - now : 1;
 		its.it_value.tv_sec = (time_t)(wait / 1000000000ull);
 		its.it_value.tv_nsec = (long)(wait % 1000000000ull);
 	}
@@ -564,7 +556,7 @@ static void task_failed(struct task *t)
 	if (t->kind == TASK_UPLOAD)
 		events_s3_upload_failed(t->job->name, t->step, t->failures, t->why);
 	task_reset(t);
-	t->not_before_ns = now_mono_ns() + u->backoff_ns;
+	t->not_before_ns = (uint64_t)ckpt_mono_ns() + u->backoff_ns;
 	/* Behind the others: one broken step does not hold up the rest. */
 	task_unlink(t);
 	if (u->tail)
@@ -1946,7 +1938,7 @@ static void upload_done(struct task *t)
 {
 	struct uploader *u = t->u;
 	struct s3job *j = t->job;
-	double secs = (double)(now_mono_ns() - t->started_ns) / 1e9;
+	double secs = (double)((uint64_t)ckpt_mono_ns() - t->started_ns) / 1e9;
 
 	if (s3_steps_insert(j, t->step) < 0 ||
 	    steps_insert(&j->verified, &j->n_verified, &j->cap_verified, t->step) < 0)
@@ -1980,7 +1972,7 @@ static void upload_step(struct task *t)
 
 	switch (t->phase) {
 	case UP_OPEN:
-		t->started_ns = now_mono_ns();
+		t->started_ns = (uint64_t)ckpt_mono_ns();
 		r = upload_open(t);
 		if (r == -ENOENT) {
 			/* Gone from the root before it could be uploaded (by hand:
@@ -2110,7 +2102,7 @@ static void task_step(struct task *t)
 /* Start the first task that is due, unless one runs. */
 static void pump(struct uploader *u)
 {
-	uint64_t now = now_mono_ns();
+	uint64_t now = (uint64_t)ckpt_mono_ns();
 
 	if (u->closing)
 		return;

@@ -71,14 +71,6 @@ struct save_job {
 	char shard_name[32], index_name[32], step_name[32];
 };
 
-int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void inflight_gauge(struct daemon *d)
 {
 	metrics_set(M_IO_URING_IN_FLIGHT, d->ring_inflight, "write");
@@ -92,9 +84,9 @@ void slots_watch(struct client *c)
 		if (c->slot_state[i] != SLOT_SAVING)
 			all_busy = false;
 	if (all_busy && !c->slots_busy_since) {
-		c->slots_busy_since = now_ns();
+		c->slots_busy_since = ckpt_mono_ns();
 	} else if (!all_busy && c->slots_busy_since) {
-		double secs = (double)(now_ns() - c->slots_busy_since) / 1e9;
+		double secs = (double)(ckpt_mono_ns() - c->slots_busy_since) / 1e9;
 		uint32_t warn_ms = c->d->cfg->stall_warn_ms;
 
 		c->slots_busy_since = 0;
@@ -546,7 +538,7 @@ static void job_finish(struct save_job *j)
 	struct daemon *d = j->d;
 	struct client *c = j->c;
 	struct step *st = j->st;
-	double secs = (double)(now_ns() - j->started_ns) / 1e9;
+	double secs = (double)(ckpt_mono_ns() - j->started_ns) / 1e9;
 
 	writing_remove(j);
 	metrics_add(M_QUEUE_DEPTH, -1, "write");
@@ -841,7 +833,7 @@ int writer_start(struct client *c, struct step *st, uint32_t slot,
 	j->job_dirfd = st->job->dirfd;
 	j->ring_efd = d->ring_efd;
 	atomic_init(&j->csum_upto, 0);
-	j->started_ns = now_ns();
+	j->started_ns = ckpt_mono_ns();
 	if (ckpt_step_dirname(j->step_name, sizeof(j->step_name), st->step) < 0) {
 		free(j);
 		snprintf(err, errlen, "job %s: step %llu is not a step number", st->job->name,

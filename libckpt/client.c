@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "internal.h"
 
 #define CKPT_DEFAULT_CONNECT_MS 10000u
@@ -36,14 +37,6 @@ struct conn {
 	struct ckpt_msg_hello_ok ok;
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Milliseconds left until deadline (-1: no deadline), never below 0. */
 static int remaining_ms(int64_t deadline)
 {
@@ -51,7 +44,7 @@ static int remaining_ms(int64_t deadline)
 
 	if (deadline < 0)
 		return -1;
-	left = deadline - now_ms();
+	left = deadline - ckpt_mono_ms();
 	if (left < 0)
 		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;
@@ -339,7 +332,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 		     int handshake_ms, struct conn *out, char *why, size_t whylen)
 {
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = ckpt_mono_ms() + timeout_ms;
 	size_t plen = strlen(path);
 	char attempt_why[CKPT_REASON_MAX + 1], last_why[CKPT_REASON_MAX + 1] = "";
 	int r, last_err = 0;
@@ -363,7 +356,7 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 			 * in a large arena before it answers: the handshake has
 			 * its own limit; the connect timeout bounds the wait
 			 * for the socket. */
-			int64_t hs = now_ms() + handshake_ms;
+			int64_t hs = ckpt_mono_ms() + handshake_ms;
 			r = handshake(fd, hello, hs > deadline ? hs : deadline, out, attempt_why,
 				      sizeof(attempt_why));
 		}
@@ -616,7 +609,7 @@ int ctx_send(ckpt_ctx *ctx, struct ckpt_msg *m)
 
 int ctx_await(ckpt_ctx *ctx, uint32_t seq, int timeout_ms, struct ckpt_msg *reply)
 {
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	struct ckpt_msg m;
 	int r;
 
@@ -944,7 +937,7 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 	/* No such step can be saved, nor asked about (ckptd would drop us). */
 	if (step > CKPT_STEP_MAX)
 		return -ERANGE;
-	deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx);
 	if (!record_find(ctx, step))

@@ -11,15 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "internal.h"
-
-static int64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Whether a handle still refers to the live connection's arena. */
 static bool save_is_live(const ckpt_save *save)
@@ -70,7 +63,7 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 {
 	/* The stall starts here: taking the lock and waiting for a slot are
 	 * part of it. */
-	int64_t begin_ns = monotonic_ns();
+	int64_t begin_ns = ckpt_mono_ns();
 	bool reconnected = false;
 	ckpt_save *save = NULL;
 	int r, slot;
@@ -305,7 +298,7 @@ CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len
 static void save_report_stall(ckpt_ctx *ctx, const ckpt_save *save)
 {
 	struct ckpt_msg m = { .type = CKPT_MSG_STALL };
-	int64_t ns = monotonic_ns() - save->begin_ns;
+	int64_t ns = ckpt_mono_ns() - save->begin_ns;
 
 	if (!(ctx->features & CKPT_FEATURE_STALL) || ctx->fd < 0)
 		return;

@@ -27,6 +27,7 @@
 #include <curl/curl.h>
 #include <openssl/evp.h>
 
+#include "clock.h"
 #include "s3.h"
 #include "s3internal.h"
 
@@ -112,13 +113,6 @@ struct s3_client {
 	char ua[64];
 };
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void list_push(struct op_list *l, struct s3_op *op)
 {
 	op->next = NULL;
@@ -166,7 +160,7 @@ static uint64_t rng_next(struct s3_client *c)
 
 static void update_timer(struct s3_client *c)
 {
-	int64_t due = -1, now = now_ms();
+	int64_t due = -1, now = ckpt_mono_ms();
 	if (c->curl_due_ms >= 0)
 		due = c->curl_due_ms;
 	if (c->retry.head) {
@@ -186,7 +180,7 @@ static void update_timer(struct s3_client *c)
 static int curl_timer_cb(CURLM *multi, long timeout_ms, void *userp)
 {
 	struct s3_client *c = userp;
-	c->curl_due_ms = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	c->curl_due_ms = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	/* Within our own processing the timer is recomputed on the way out. */
 	if (!c->processing)
 		update_timer(c);
@@ -750,7 +744,7 @@ static void attempt_finish(struct s3_op *op, CURLcode cr)
 		uint64_t cap = (uint64_t)c->o.backoff_base_ms << (op->attempts - 1 < 20 ? op->attempts - 1 : 20);
 		if (cap > c->o.backoff_max_ms)
 			cap = c->o.backoff_max_ms;
-		op->due_ms = now_ms() + (int64_t)(cap ? rng_next(c) % (cap + 1) : 0);
+		op->due_ms = ckpt_mono_ms() + (int64_t)(cap ? rng_next(c) % (cap + 1) : 0);
 		list_push(&c->retry, op);
 		return;
 	}
@@ -759,7 +753,7 @@ static void attempt_finish(struct s3_op *op, CURLcode cr)
 
 static void pump(struct s3_client *c)
 {
-	int64_t now = now_ms();
+	int64_t now = ckpt_mono_ms();
 	for (struct s3_op *op = c->retry.head, *next; op; op = next) {
 		next = op->next;
 		if (op->due_ms <= now) {
@@ -824,7 +818,7 @@ void s3_client_on_timeout(s3_client *c)
 	if (!c)
 		return;
 	c->processing = true;
-	if (c->curl_due_ms >= 0 && c->curl_due_ms <= now_ms()) {
+	if (c->curl_due_ms >= 0 && c->curl_due_ms <= ckpt_mono_ms()) {
 		c->curl_due_ms = -1;
 		curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
 	}
@@ -835,9 +829,9 @@ int s3_client_wait(s3_client *c, int timeout_ms)
 {
 	if (!c || !c->own_loop)
 		return -EINVAL;
-	int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	int64_t deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	while (c->pending) {
-		int64_t now = now_ms();
+		int64_t now = ckpt_mono_ms();
 		if (deadline >= 0 && now >= deadline)
 			return -ETIMEDOUT;
 		int64_t t = c->own_due_ms < 0 ? 1000 : (c->own_due_ms > now ? c->own_due_ms - now : 0);
@@ -857,7 +851,7 @@ int s3_client_wait(s3_client *c, int timeout_ms)
 				e |= S3_EV_ERROR;
 			s3_client_on_fd(c, ev[i].data.fd, e);
 		}
-		if (c->own_due_ms >= 0 && c->own_due_ms <= now_ms())
+		if (c->own_due_ms >= 0 && c->own_due_ms <= ckpt_mono_ms())
 			s3_client_on_timeout(c);
 	}
 	return 0;
@@ -950,7 +944,7 @@ int s3_client_new(const struct s3_config *cfg, const struct s3_client_options *o
 		c->o.stall_bytes_per_sec = 1;
 	c->curl_due_ms = -1;
 	c->own_due_ms = -1;
-	c->rng = (uint64_t)now_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uintptr_t)c;
+	c->rng = (uint64_t)ckpt_mono_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^ (uintptr_t)c;
 	if (!c->rng)
 		c->rng = 1;
 	snprintf(c->ua, sizeof(c->ua), "ckpt-s3/1 %s", curl_version_info(CURLVERSION_NOW)->version);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Writes the seed corpus of fuzz_peer: a message of every type (peer-sample.h),
+ * Writes the seed corpus of fuzz-peer: a message of every type (peer-sample.h),
  * tagged under the fuzzer's key (<type>-keyed) and without a key (<type>).
  *   gen-peer-corpus <dir>   (writes <dir>/peer/...)
  * The output is committed under tests/ckptd/corpus/; run it again only

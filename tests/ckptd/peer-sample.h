@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Valid peer messages of every type (peerwire.h) and the key the peer
- * fuzzer decodes with: shared by test-peerwire, fuzz_peer and the
+ * fuzzer decodes with: shared by test-peerwire, fuzz-peer and the
  * generator of its seed corpus (gen-peer-corpus).
  */
 #ifndef CKPT_TEST_PEER_SAMPLE_H

@@ -56,8 +56,7 @@ static void *worker_main(void *arg)
 	/* Checksums of one rank's save must not slow down the copy another
 	 * rank of the node is still making into its slot: that copy is the
 	 * trainer's stall. On an idle CPU niceness costs nothing. */
-	if (setpriority(PRIO_PROCESS, (id_t)gettid(), 10) < 0) {
-	}
+	(void)setpriority(PRIO_PROCESS, (id_t)gettid(), 10);
 
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
@@ -74,11 +73,9 @@ static void *worker_main(void *arg)
 			t->run(t->arg);
 		pthread_mutex_lock(&w->lock);
 		push(&w->done_head, &w->done_tail, t);
-		uint64_t one = 1;
 		/* The counter only wakes the loop; a failed write means it is
 		 * already non-zero. */
-		if (write(w->efd, &one, sizeof(one)) < 0) {
-		}
+		(void)eventfd_write(w->efd, 1);
 	}
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
@@ -160,12 +157,11 @@ int workers_fd(const struct workers *w)
 
 int workers_dispatch(struct workers *w)
 {
-	uint64_t v;
+	eventfd_t v;
 	int n = 0;
 
-	if (read(w->efd, &v, sizeof(v)) < 0) {
-		/* EAGAIN: nothing signalled; finished tasks are still checked. */
-	}
+	/* EAGAIN: nothing signalled; finished tasks are still checked. */
+	(void)eventfd_read(w->efd, &v);
 	for (;;) {
 		pthread_mutex_lock(&w->lock);
 		struct task *t = pop(&w->done_head, &w->done_tail);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -230,15 +231,13 @@ static bool extents_ordered(const struct save_job *j)
 
 static void csum_publish(struct save_job *j, uint64_t upto, uint64_t *woken)
 {
-	uint64_t one = 1;
-
 	atomic_store_explicit(&j->csum_upto, upto, memory_order_release);
 	/* Wake the loop about once per write request's worth. */
 	if (upto - *woken >= j->d->cfg->request_bytes || upto == UINT64_MAX) {
 		*woken = upto;
-		if (write(j->ring_efd, &one, sizeof(one)) < 0) {
-			/* Already non-zero: the loop wakes anyway. */
-		}
+		/* A failed write means the counter is already non-zero:
+		 * the loop wakes anyway. */
+		(void)eventfd_write(j->ring_efd, 1);
 	}
 }
 

@@ -31,8 +31,7 @@ static void die(int dirfd)
 
 	if (dirfd >= 0)
 		fsync(dirfd);
-	if (write(STDERR_FILENO, msg, sizeof(msg) - 1) < 0) {
-	}
+	fputs(msg, stderr); /* unbuffered: out before the kill */
 	raise(SIGKILL);
 }
 

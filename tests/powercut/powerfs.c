@@ -1806,9 +1806,8 @@ static void *ctl_thread(void *arg)
 		line[strcspn(line, "\r\n")] = '\0';
 		ctl_command(line, msg, sizeof(msg));
 		strcat(msg, "\n");
-		if (write(c, msg, strlen(msg)) < 0) {
-			/* the client went away: nothing to tell */
-		}
+		/* A client that went away has nothing to be told. */
+		(void)send(c, msg, strlen(msg), MSG_NOSIGNAL);
 		close(c);
 	}
 	return NULL;

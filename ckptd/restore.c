@@ -12,6 +12,11 @@
  * rename over whatever was there), then the normal read and verification.
  * Once every rank of a step that only S3 had has fetched it, the manifest
  * is written in the root too and the step is committed there again.
+ *
+ * One concept, kept in one file although it is long: serving a restore
+ * through the tiers (own memory, partner memory, the root, S3). The tiers
+ * share one attempt's state, its fallback to the next tier and the next
+ * older step, and one verification, so that every tier is checked alike.
  */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,17 +1,23 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Own memory, the first restore tier. When a rank's connection ends without
- * GOODBYE (the rank crashed, or its job was killed), its arena is not
- * unmapped at once if one of its slots still holds the rank's newest durable
- * shard: a rank of the same job that connects again and restores that step
- * gets it from there, checked like a file (restore.c: the index against the
- * manifest's digest, every chunk against the index). A slot the rank had
- * begun to fill again fails that check and the next tier is read.
+ * Own memory, the first restore tier: this node's memory of a rank that
+ * left (partner memory, the next tier, is peer.c's). When a rank's
+ * connection ends without GOODBYE (the rank crashed, or its job was
+ * killed), its arena is not unmapped at once if one of its slots still
+ * holds the rank's newest durable shard: a rank of the same job that
+ * connects again and restores that step gets it from there, checked like a
+ * file (restore.c: the index against the manifest's digest, every chunk
+ * against the index). A slot the rank had begun to fill again fails that
+ * check and the next tier is read.
  *
  * The memory stays counted in staging_bytes. It goes when a HELLO needs the
  * room, when a rank of the job saves again, after RETAIN_MAX_AGE_S, or when
  * ckptd stops. Everything here runs on the event-loop thread; a restore
  * worker reads a retained arena only while it holds a pin.
+ *
+ * The retain_* calls keep a departed rank's memory only; which committed
+ * steps the root keeps is root retention (retention.c), and reading the
+ * tiers in order is restore.c's.
  */
 #include <errno.h>
 #include <stdio.h>

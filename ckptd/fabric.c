@@ -160,7 +160,7 @@ struct xfer *xfer_new(struct peerlink *pl, enum xfer_kind kind, uint32_t node,
 	x->step = step;
 	x->rank = rank;
 	x->started_ns = ckpt_mono_ns();
-	x->deadline_ns = x->started_ns + timeout_ns(pl);
+	x->deadline_ns = x->started_ns + peer_timeout_ns(pl);
 	x->next = pl->xfers;
 	pl->xfers = x;
 	pl->d->busy++;
@@ -232,7 +232,7 @@ void xfer_pump(struct peerlink *pl, struct xfer *x)
 			op->buf = x->next_piece ? x->dst_shard + off : x->dst_index;
 			op->mr = x->next_piece ? x->mr_shard : x->mr_index;
 		}
-		int r = op_post(pl, op);
+		int r = peer_op_post(pl, op);
 		if (r == -FI_EAGAIN) {
 			free(op);
 			return;
@@ -281,14 +281,14 @@ static void xfer_finish(struct peerlink *pl, struct xfer *x)
 				 x->reason);
 		}
 		if (x->started && x->status < 0 && !x->remote_done) {
-			msg_init(&m, PEER_COPY_DONE);
-			msg_job(&m, x->job, x->step);
+			peer_msg_init(&m, PEER_COPY_DONE);
+			peer_msg_job(&m, x->job, x->step);
 			m.rank = x->rank;
 			m.world_size = x->world_size;
 			m.xfer = x->id;
 			m.status = x->status;
 			snprintf(m.reason, sizeof(m.reason), "%s", x->reason);
-			send_msg(pl, x->node, &m);
+			peer_send_msg(pl, x->node, &m);
 		}
 		hold_release(pl, x->hold);
 		break;
@@ -329,13 +329,13 @@ static void xfer_finish(struct peerlink *pl, struct xfer *x)
 		if (x->pe->dropped && x->pe->users == 0)
 			pentry_drop(pl, x->pe);
 		if (x->status < 0 && !x->remote_done) {
-			msg_init(&m, PEER_FETCH_DONE);
-			msg_job(&m, x->job, x->step);
+			peer_msg_init(&m, PEER_FETCH_DONE);
+			peer_msg_job(&m, x->job, x->step);
 			m.rank = x->rank;
 			m.xfer = x->id;
 			m.status = x->status;
 			snprintf(m.reason, sizeof(m.reason), "%s", x->reason);
-			send_msg(pl, x->node, &m);
+			peer_send_msg(pl, x->node, &m);
 		}
 		log_info("peer", "partner fetch served job=%s step=%llu rank=%u node=%u result=%s "
 			 "seconds=%.3f", x->job, (unsigned long long)x->step, x->rank, x->node,
@@ -403,12 +403,12 @@ void xfer_progress(struct peerlink *pl, struct xfer *x)
 	switch (x->kind) {
 	case X_COPY_OUT:
 	case X_SERVE:
-		msg_init(&m, x->kind == X_COPY_OUT ? PEER_COPY_DONE : PEER_FETCH_DONE);
-		msg_job(&m, x->job, x->step);
+		peer_msg_init(&m, x->kind == X_COPY_OUT ? PEER_COPY_DONE : PEER_FETCH_DONE);
+		peer_msg_job(&m, x->job, x->step);
 		m.rank = x->rank;
 		m.world_size = x->kind == X_COPY_OUT ? x->world_size : 0;
 		m.xfer = x->id;
-		send_msg(pl, x->node, &m);
+		peer_send_msg(pl, x->node, &m);
 		x->remote_done = true;
 		xfer_finish(pl, x);
 		break;

@@ -276,8 +276,8 @@ bool peer_copy_start(struct client *c, uint32_t slot, const struct step *st, uin
 		x->hold = h;
 		h->refs++;
 		struct peer_msg m;
-		msg_init(&m, PEER_COPY_OFFER);
-		msg_job(&m, x->job, x->step);
+		peer_msg_init(&m, PEER_COPY_OFFER);
+		peer_msg_job(&m, x->job, x->step);
 		m.world_size = x->world_size;
 		m.rank = rank;
 		m.shard_bytes = v->shard_bytes;
@@ -288,7 +288,7 @@ bool peer_copy_start(struct client *c, uint32_t slot, const struct step *st, uin
 		m.xfer = x->id;
 		m.piece_bytes = x->piece_bytes;
 		m.status = 1;
-		if (send_msg(pl, node, &m) < 0)
+		if (peer_send_msg(pl, node, &m) < 0)
 			xfer_fail(x, -ENOTCONN, "node %u unreachable", node);
 		xfer_progress(pl, x);
 	}
@@ -314,13 +314,13 @@ static void copy_in_ready(struct peerlink *pl, struct xfer *x)
 	xfer_register(pl, x, false);
 	x->started = true;
 	xfer_pump(pl, x);
-	msg_init(&a, PEER_COPY_ACCEPT);
-	msg_job(&a, x->job, x->step);
+	peer_msg_init(&a, PEER_COPY_ACCEPT);
+	peer_msg_job(&a, x->job, x->step);
 	a.rank = x->rank;
 	a.world_size = x->world_size;
 	a.xfer = x->id;
 	a.status = 1;
-	send_msg(pl, x->node, &a);
+	peer_send_msg(pl, x->node, &a);
 	xfer_progress(pl, x);
 }
 
@@ -358,28 +358,28 @@ static void copy_alloc_done(void *arg)
 			struct peer_msg a;
 			xfer_fail(x, -ENOMEM, "cannot map %llu bytes for the copy",
 				  (unsigned long long)ca->len);
-			msg_init(&a, PEER_COPY_ACCEPT);
-			msg_job(&a, x->job, x->step);
+			peer_msg_init(&a, PEER_COPY_ACCEPT);
+			peer_msg_job(&a, x->job, x->step);
 			a.rank = x->rank;
 			a.world_size = x->world_size;
 			a.xfer = x->id;
 			snprintf(a.reason, sizeof(a.reason), "node %u cannot map %llu bytes", pl->me,
 				 (unsigned long long)ca->len);
-			send_msg(pl, x->node, &a);
+			peer_send_msg(pl, x->node, &a);
 		}
 		xfer_progress(pl, x);
 	}
 	free(ca);
 }
 
-void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
+void partner_on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct peer_msg a;
 	uint64_t need = m->shard_bytes + m->index_bytes;
 	uint64_t mem_len = copy_mem_len(need);
 
-	msg_init(&a, PEER_COPY_ACCEPT);
-	msg_job(&a, m->job, m->step);
+	peer_msg_init(&a, PEER_COPY_ACCEPT);
+	peer_msg_job(&a, m->job, m->step);
 	a.rank = m->rank;
 	a.world_size = m->world_size;
 	a.xfer = m->xfer;
@@ -452,15 +452,15 @@ void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 	log_info("peer", "partner copy refused job=%s step=%llu rank=%u node=%u reason=\"%s\"",
 		 m->job, (unsigned long long)m->step, m->rank, from, a.reason);
 	a.status = 0;
-	send_msg(pl, from, &a);
+	peer_send_msg(pl, from, &a);
 }
 
-void on_copy_accept(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
+void partner_on_copy_accept(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct xfer *x = xfer_find(pl, X_COPY_OUT, from, m->xfer);
 
 	if (!x) {
-		reject(pl, "stale", "COPY_ACCEPT from node %u for no transfer of ours", from);
+		peer_reject(pl, "stale", "COPY_ACCEPT from node %u for no transfer of ours", from);
 		return;
 	}
 	if (m->status != 1) {
@@ -477,7 +477,7 @@ void on_copy_accept(struct peerlink *pl, uint32_t from, const struct peer_msg *m
 	xfer_progress(pl, x);
 }
 
-void on_remote_done(struct peerlink *pl, uint32_t from, const struct peer_msg *m,
+void partner_on_remote_done(struct peerlink *pl, uint32_t from, const struct peer_msg *m,
 		    enum xfer_kind kind)
 {
 	struct xfer *x = xfer_find(pl, kind, from, m->xfer);
@@ -535,11 +535,11 @@ void fetch_next(struct peerlink *pl, struct fetch_req *rq)
 		x->req = rq;
 		x->dst_shard = rq->dst;
 		struct peer_msg m;
-		msg_init(&m, PEER_FETCH);
-		msg_job(&m, rq->job, rq->step);
+		peer_msg_init(&m, PEER_FETCH);
+		peer_msg_job(&m, rq->job, rq->step);
 		m.rank = rq->rank;
 		m.xfer = x->id;
-		if (send_msg(pl, node, &m) < 0) {
+		if (peer_send_msg(pl, node, &m) < 0) {
 			xfer_fail(x, -ENOTCONN, "unreachable");
 			xfer_progress(pl, x);
 			return;
@@ -550,24 +550,24 @@ void fetch_next(struct peerlink *pl, struct fetch_req *rq)
 		       (unsigned long long)rq->step);
 }
 
-void on_fetch(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
+void partner_on_fetch(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct pentry *pe = store_find(pl, m->job, m->step, m->rank);
 	struct peer_msg a;
 
-	msg_init(&a, PEER_FETCH_HAVE);
-	msg_job(&a, m->job, m->step);
+	peer_msg_init(&a, PEER_FETCH_HAVE);
+	peer_msg_job(&a, m->job, m->step);
 	a.rank = m->rank;
 	a.xfer = m->xfer;
 	if (!pe || pe->shard_bytes + pe->index_bytes == 0) {
 		a.status = 0;
-		send_msg(pl, from, &a);
+		peer_send_msg(pl, from, &a);
 		return;
 	}
 	struct xfer *x = xfer_new(pl, X_SERVE, from, m->job, m->step, m->rank);
 	if (!x) {
 		a.status = 0;
-		send_msg(pl, from, &a);
+		peer_send_msg(pl, from, &a);
 		return;
 	}
 	pe->users++;
@@ -586,16 +586,16 @@ void on_fetch(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 	a.index_bytes = pe->index_bytes;
 	memcpy(a.index_sha256, pe->sha, 32);
 	a.piece_bytes = x->piece_bytes;
-	send_msg(pl, from, &a);
+	peer_send_msg(pl, from, &a);
 }
 
-void on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
+void partner_on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct xfer *x = xfer_find(pl, X_FETCH, from, m->xfer);
 	struct peer_msg go;
 
 	if (!x) {
-		reject(pl, "stale", "FETCH_HAVE from node %u for no fetch of ours", from);
+		peer_reject(pl, "stale", "FETCH_HAVE from node %u for no fetch of ours", from);
 		return;
 	}
 	if (m->status != 1) {
@@ -625,20 +625,20 @@ void on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 	xfer_register(pl, x, false);
 	x->started = true;
 	xfer_pump(pl, x);
-	msg_init(&go, PEER_FETCH_GO);
-	msg_job(&go, x->job, x->step);
+	peer_msg_init(&go, PEER_FETCH_GO);
+	peer_msg_job(&go, x->job, x->step);
 	go.rank = x->rank;
 	go.xfer = x->id;
-	send_msg(pl, from, &go);
+	peer_send_msg(pl, from, &go);
 	xfer_progress(pl, x);
 }
 
-void on_fetch_go(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
+void partner_on_fetch_go(struct peerlink *pl, uint32_t from, const struct peer_msg *m)
 {
 	struct xfer *x = xfer_find(pl, X_SERVE, from, m->xfer);
 
 	if (!x) {
-		reject(pl, "stale", "FETCH_GO from node %u for no fetch served here", from);
+		peer_reject(pl, "stale", "FETCH_GO from node %u for no fetch served here", from);
 		return;
 	}
 	xfer_register(pl, x, true);

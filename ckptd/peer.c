@@ -1,18 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The peer link (peer.h): membership and the global commit's messages.
- * Which nodes are up (rendezvous files or the peers list, HELLO,
- * heartbeats, epochs), rejections, control messages sent and received,
- * the coordinator's votes and outcomes, and the link's life cycle. Not
- * here: the libfabric endpoint and the bulk transfers (fabric.c), partner
- * memory, partner copies and fetches (partner.c); what the three share is
- * peer_internal.h.
+ * Which nodes are up (HELLO, heartbeats, epochs), rejections, control
+ * messages sent and received, the coordinator's votes and outcomes, and the
+ * link's life cycle. Not here: how nodes find each other's addresses
+ * (rendezvous.c), the libfabric endpoint and the bulk transfers (fabric.c),
+ * partner memory, partner copies and fetches (partner.c); what the four
+ * share is peer_internal.h.
  *
  * One concept, though longer than most files: the link's control plane.
- * Rendezvous, receiving, the commit's messages and the life cycle all read
- * and change the same per-node state (address, epoch, up, the sends that
- * wait for room), and each of those rules is easier to check where the
- * others are in view.
+ * Receiving, the commit's messages and the life cycle all read and change
+ * the same per-node state (address, epoch, up, the sends that wait for
+ * room), and each of those rules is easier to check where the others are
+ * in view.
  *
  * Completions come through the CQ's wait fd in the loop's epoll set; while
  * transfers are in flight the loop also polls every millisecond, since
@@ -52,7 +52,7 @@ bool peer_test_fault(const char *name)
 	return test_fault[0] && strcmp(test_fault, name) == 0;
 }
 
-int64_t timeout_ns(const struct peerlink *pl)
+int64_t peer_timeout_ns(const struct peerlink *pl)
 {
 	return (int64_t)pl->d->cfg->peer_timeout_ms * 1000000;
 }
@@ -76,7 +76,7 @@ static void node_metric(struct peerlink *pl, uint32_t k, bool up)
 
 /* ---- Rejections -------------------------------------------------------- */
 
-void reject(struct peerlink *pl, const char *reason, const char *fmt, ...)
+void peer_reject(struct peerlink *pl, const char *reason, const char *fmt, ...)
 {
 	char text[512];
 	va_list ap;
@@ -99,7 +99,7 @@ void reject(struct peerlink *pl, const char *reason, const char *fmt, ...)
 
 /* ---- Sending control messages ------------------------------------------ */
 
-int op_post(struct peerlink *pl, struct op *op)
+int peer_op_post(struct peerlink *pl, struct op *op)
 {
 	struct node *nd = &pl->nodes[op->node];
 	ssize_t r;
@@ -154,7 +154,7 @@ static void op_free(struct op *op)
 	free(op);
 }
 
-int send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m)
+int peer_send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m)
 {
 	struct node *nd = &pl->nodes[node];
 	struct op *op;
@@ -196,7 +196,7 @@ int send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m)
 		pending_push(pl, op);
 		return 0;
 	}
-	r = op_post(pl, op);
+	r = peer_op_post(pl, op);
 	if (r == -FI_EAGAIN) {
 		pending_push(pl, op);
 		return 0;
@@ -210,346 +210,27 @@ int send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m)
 	return 0;
 }
 
-void msg_init(struct peer_msg *m, enum peer_type type)
+void peer_msg_init(struct peer_msg *m, enum peer_type type)
 {
 	memset(m, 0, sizeof(*m));
 	m->h.type = (uint16_t)type;
 }
 
-void msg_job(struct peer_msg *m, const char *job, uint64_t step)
+void peer_msg_job(struct peer_msg *m, const char *job, uint64_t step)
 {
 	snprintf(m->job, sizeof(m->job), "%s", job);
 	m->step = step;
 }
 
-static void send_hello(struct peerlink *pl, uint32_t node, bool ack)
+void peer_send_hello(struct peerlink *pl, uint32_t node, bool ack)
 {
 	struct peer_msg m;
 
-	msg_init(&m, ack ? PEER_HELLO_ACK : PEER_HELLO);
+	peer_msg_init(&m, ack ? PEER_HELLO_ACK : PEER_HELLO);
 	memcpy(m.addr, pl->myaddr, pl->myaddr_len);
 	m.addr_len = (uint32_t)pl->myaddr_len;
 	snprintf(m.cluster_id, sizeof(m.cluster_id), "%s", pl->d->cfg->cluster_id);
-	send_msg(pl, node, &m);
-}
-
-/* ---- Addresses and rendezvous ------------------------------------------- */
-
-static int node_set_addr(struct peerlink *pl, uint32_t k, const uint8_t *addr, size_t len)
-{
-	struct node *nd = &pl->nodes[k];
-	fi_addr_t fa;
-
-	if (len == 0 || len > PEER_ADDR_MAX)
-		return -EINVAL;
-	if (nd->have_addr && nd->addr_len == len && memcmp(nd->addr, addr, len) == 0)
-		return 0;
-	if (fi_av_insert(pl->av, addr, 1, &fa, 0, NULL) != 1)
-		return -EINVAL;
-	/* The old address is left in the table: operations may still
-	 * complete against it. */
-	nd->fa = fa;
-	memcpy(nd->addr, addr, len);
-	nd->addr_len = len;
-	nd->have_addr = true;
-	return 0;
-}
-
-static int unhex(const char *s, uint8_t *out, size_t cap, size_t *len)
-{
-	size_t n = strlen(s);
-
-	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r'))
-		n--;
-	if (n % 2 || n / 2 > cap)
-		return -EINVAL;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned v = 0;
-		for (int j = 0; j < 2; j++) {
-			char c = s[2 * i + (size_t)j];
-			v <<= 4;
-			if (c >= '0' && c <= '9')
-				v |= (unsigned)(c - '0');
-			else if (c >= 'a' && c <= 'f')
-				v |= (unsigned)(c - 'a' + 10);
-			else
-				return -EINVAL;
-		}
-		out[i] = (uint8_t)v;
-	}
-	*len = n / 2;
-	return 0;
-}
-
-static int mkdir_p(const char *path, mode_t mode)
-{
-	char tmp[PATH_MAX];
-	size_t len = strlen(path);
-
-	if (len == 0 || len >= sizeof(tmp))
-		return -ENAMETOOLONG;
-	memcpy(tmp, path, len + 1);
-	for (char *p = tmp + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-			return -errno;
-		*p = '/';
-	}
-	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
-		return -errno;
-	return 0;
-}
-
-/* node-<K>: "ckpt-peer 1", "node=K", "epoch=<16 hex>", "addr=<hex>". */
-static int publish(struct peerlink *pl)
-{
-	char path[PATH_MAX + 32], tmp[PATH_MAX + 64];
-	char addr[2 * PEER_ADDR_MAX + 1];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, pl->me);
-	snprintf(tmp, sizeof(tmp), "%s/.node-%u.%d.tmp", pl->rdv, pl->me, (int)getpid());
-	ckpt_hex(addr, pl->myaddr, pl->myaddr_len);
-	f = fopen(tmp, "w");
-	if (!f)
-		return -errno;
-	fprintf(f, "ckpt-peer 1\nnode=%u\nepoch=%016llx\naddr=%s\n", pl->me,
-		(unsigned long long)pl->epoch, addr);
-	if (fflush(f) != 0 || fsync(fileno(f)) < 0) {
-		int r = -errno;
-		fclose(f);
-		unlink(tmp);
-		return r;
-	}
-	fclose(f);
-	if (rename(tmp, path) < 0) {
-		int r = -errno;
-		unlink(tmp);
-		return r;
-	}
-	return 0;
-}
-
-/* Node k's rendezvous file in rdv: 0 with its epoch and address, -ENOENT,
- * or -EBADMSG for a file that is not a node-k address. Blocking metadata
- * I/O on the shared root: on a worker only, once the loop runs. */
-static int read_node_file(const char *rdv, uint32_t k, uint64_t *epoch_out,
-			  uint8_t *addr, size_t *addr_len)
-{
-	char path[PATH_MAX + 32], line[2 * PEER_ADDR_MAX + 64];
-	unsigned long long epoch = 0;
-	unsigned node = UINT_MAX;
-	bool magic = false;
-	FILE *f;
-
-	*addr_len = 0;
-	snprintf(path, sizeof(path), "%s/node-%u", rdv, k);
-	f = fopen(path, "r");
-	if (!f)
-		return -ENOENT;
-	while (fgets(line, sizeof(line), f)) {
-		if (strcmp(line, "ckpt-peer 1\n") == 0)
-			magic = true;
-		else if (sscanf(line, "node=%u", &node) == 1)
-			;
-		else if (sscanf(line, "epoch=%llx", &epoch) == 1)
-			;
-		else if (strncmp(line, "addr=", 5) == 0 &&
-			 unhex(line + 5, addr, PEER_ADDR_MAX, addr_len) < 0)
-			*addr_len = 0;
-	}
-	fclose(f);
-	if (!magic || node != k || epoch == 0 || *addr_len == 0)
-		return -EBADMSG;
-	*epoch_out = epoch;
-	return 0;
-}
-
-/* Whether this daemon's own rendezvous file still names it (at stop: the
- * loop has ended). */
-static bool own_file_is_ours(const struct peerlink *pl)
-{
-	uint8_t addr[PEER_ADDR_MAX];
-	size_t addr_len;
-	uint64_t epoch = 0;
-
-	return read_node_file(pl->rdv, pl->me, &epoch, addr, &addr_len) == 0 &&
-	       epoch == pl->epoch;
-}
-
-/*
- * A look at one node's rendezvous file, on a worker: the file of a node
- * that is down (its address may be new), or this daemon's own (another
- * daemon started with the same node_index replaces it). The shared root's
- * metadata server may be slow or hung: the loop never waits for it, and
- * each file has at most one read in flight, so a file that hangs holds up
- * only its own node (and one worker).
- */
-struct rdv_read {
-	struct peerlink *pl;
-	char rdv[PATH_MAX];
-	uint32_t k;
-	int result;
-	uint64_t epoch;
-	uint8_t addr[PEER_ADDR_MAX];
-	size_t addr_len;
-};
-
-static void rdv_read_run(void *arg)
-{
-	struct rdv_read *rd = arg;
-
-	rd->result = read_node_file(rd->rdv, rd->k, &rd->epoch, rd->addr, &rd->addr_len);
-}
-
-static void rdv_read_done(void *arg)
-{
-	struct rdv_read *rd = arg;
-	struct peerlink *pl = rd->pl;
-	struct node *nd = &pl->nodes[rd->k];
-	uint32_t k = rd->k;
-
-	nd->rdv_reading = false;
-	if (k == pl->me) {
-		if ((rd->result < 0 || rd->epoch != pl->epoch) && !pl->duplicate_logged) {
-			/* Said once: the group cannot work like this, and the
-			 * other nodes see node K "restart" at every message of
-			 * either. */
-			log_error("peer", "another daemon has published itself as node %u in %s: two "
-				  "daemons with node_index %u? (this one: epoch %016llx)", pl->me,
-				  pl->rdv, pl->me, (unsigned long long)pl->epoch);
-			pl->duplicate_logged = true;
-		}
-		free(rd);
-		return;
-	}
-	if (pl->stopping || nd->up)
-		goto out;
-	if (rd->result == -EBADMSG)
-		log_warn("peer", "ignoring rendezvous file %s/node-%u: not a node-%u address",
-			 pl->rdv, k, k);
-	if (rd->result < 0 || rd->epoch == nd->file_epoch)
-		goto out;
-	if (node_set_addr(pl, k, rd->addr, rd->addr_len) < 0) {
-		log_warn("peer", "rendezvous file %s/node-%u: address not usable by provider %s",
-			 pl->rdv, k, pl->d->cfg->fabric_provider);
-		goto out;
-	}
-	nd->file_epoch = rd->epoch;
-	/* A new address: no need to wait for the next tick. */
-	send_hello(pl, k, false);
-out:
-	free(rd);
-}
-
-static void rdv_read_start(struct peerlink *pl, uint32_t k)
-{
-	struct node *nd = &pl->nodes[k];
-	struct rdv_read *rd;
-
-	if (pl->explicit_peers || nd->rdv_reading)
-		return;
-	rd = calloc(1, sizeof(*rd));
-	if (!rd)
-		return;
-	rd->pl = pl;
-	rd->k = k;
-	snprintf(rd->rdv, sizeof(rd->rdv), "%s", pl->rdv);
-	if (workers_submit(pl->d->workers, rdv_read_run, rdv_read_done, rd) < 0) {
-		free(rd);
-		return;
-	}
-	nd->rdv_reading = true;
-}
-
-static int load_key(struct peerlink *pl)
-{
-	const struct ckptd_config *cfg = pl->d->cfg;
-	char path[PATH_MAX + 8], tmp[PATH_MAX + 64];
-	uint8_t buf[PEER_KEY_MAX + 1];
-	ssize_t n;
-	int fd;
-
-	if (*cfg->peer_key_file) {
-		snprintf(path, sizeof(path), "%s", cfg->peer_key_file);
-	} else if (pl->explicit_peers) {
-		log_warn("peer", "peers is set and peer_key_file is not: peer messages are not "
-			 "authenticated");
-		pl->keylen = 0;
-		return 0;
-	} else {
-		snprintf(path, sizeof(path), "%s/key", pl->rdv);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 && errno == ENOENT) {
-			/* The first daemon creates it: written under a
-			 * temporary name, then linked, so nobody reads half. */
-			uint8_t key[32];
-			if (getrandom(key, sizeof(key), 0) != (ssize_t)sizeof(key))
-				return -EIO;
-			snprintf(tmp, sizeof(tmp), "%s/.key.%d.tmp", pl->rdv, (int)getpid());
-			int t = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-			if (t < 0)
-				return -errno;
-			bool ok = write(t, key, sizeof(key)) == (ssize_t)sizeof(key) && fsync(t) == 0;
-			close(t);
-			if (ok && link(tmp, path) < 0 && errno != EEXIST)
-				ok = false;
-			unlink(tmp);
-			if (!ok)
-				return -EIO;
-		} else if (fd >= 0) {
-			close(fd);
-		}
-	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int r = -errno;
-		log_error("peer", "cannot read the peer key %s: %s", path, strerror(-r));
-		return r;
-	}
-	n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n < 16 || n > PEER_KEY_MAX) {
-		log_error("peer", "peer key %s must hold 16 to %d bytes", path, PEER_KEY_MAX);
-		return -EINVAL;
-	}
-	memcpy(pl->key, buf, (size_t)n);
-	pl->keylen = (size_t)n;
-	return 0;
-}
-
-/* "host:port" number k of the comma-separated list. */
-int peer_entry(const char *list, uint32_t k, char *host, size_t hcap, char *port,
-	       size_t pcap)
-{
-	const char *p = list;
-
-	for (uint32_t i = 0; i < k; i++) {
-		p = strchr(p, ',');
-		if (!p)
-			return -EINVAL;
-		p++;
-	}
-	const char *end = strchr(p, ',');
-	size_t len = end ? (size_t)(end - p) : strlen(p);
-	const char *colon = NULL;
-	for (size_t i = 0; i < len; i++)
-		if (p[i] == ':')
-			colon = p + i;
-	if (!colon || colon == p || (size_t)(colon - p) >= hcap ||
-	    len - (size_t)(colon - p) - 1 >= pcap || len - (size_t)(colon - p) - 1 == 0)
-		return -EINVAL;
-	memcpy(host, p, (size_t)(colon - p));
-	host[colon - p] = '\0';
-	memcpy(port, colon + 1, len - (size_t)(colon - p) - 1);
-	port[len - (size_t)(colon - p) - 1] = '\0';
-	if (host[0] == '[' && host[strlen(host) - 1] == ']') {
-		memmove(host, host + 1, strlen(host));
-		host[strlen(host) - 1] = '\0';
-	}
-	return 0;
+	peer_send_msg(pl, node, &m);
 }
 
 /* ---- Receiving ---------------------------------------------------------- */
@@ -588,7 +269,7 @@ static void on_hello(struct peerlink *pl, const struct peer_msg *m)
 	struct node *nd = &pl->nodes[k];
 
 	if (strcmp(m->cluster_id, pl->d->cfg->cluster_id) != 0) {
-		reject(pl, "cluster", "HELLO from node %u of cluster '%s', this is '%s'", k,
+		peer_reject(pl, "cluster", "HELLO from node %u of cluster '%s', this is '%s'", k,
 		       m->cluster_id, pl->d->cfg->cluster_id);
 		return;
 	}
@@ -600,8 +281,8 @@ static void on_hello(struct peerlink *pl, const struct peer_msg *m)
 				 (unsigned long long)m->h.from_epoch);
 		node_lost(pl, k, "restarted");
 	}
-	if (node_set_addr(pl, k, m->addr, m->addr_len) < 0) {
-		reject(pl, "malformed", "HELLO from node %u with an address provider %s cannot use",
+	if (peer_node_set_addr(pl, k, m->addr, m->addr_len) < 0) {
+		peer_reject(pl, "malformed", "HELLO from node %u with an address provider %s cannot use",
 		       k, pl->d->cfg->fabric_provider);
 		return;
 	}
@@ -613,7 +294,7 @@ static void on_hello(struct peerlink *pl, const struct peer_msg *m)
 		node_metric(pl, k, true);
 	}
 	if (m->h.type == PEER_HELLO)
-		send_hello(pl, k, true);
+		peer_send_hello(pl, k, true);
 }
 
 static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
@@ -623,17 +304,17 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 	int r = peer_decode(buf, len, pl->key, pl->keylen, &m, err, sizeof(err));
 
 	if (r < 0) {
-		reject(pl, r == -EPERM ? "auth" : "malformed", "%s", err);
+		peer_reject(pl, r == -EPERM ? "auth" : "malformed", "%s", err);
 		return;
 	}
 	if (m.h.cluster != pl->cluster || m.h.nodes != pl->n) {
-		reject(pl, "cluster", "%s from node %u of another group (%u nodes, cluster hash "
+		peer_reject(pl, "cluster", "%s from node %u of another group (%u nodes, cluster hash "
 		       "%016llx)", peer_type_name(m.h.type), m.h.from_node, m.h.nodes,
 		       (unsigned long long)m.h.cluster);
 		return;
 	}
 	if (m.h.to_node != pl->me) {
-		reject(pl, "malformed", "%s for node %u arrived at node %u",
+		peer_reject(pl, "malformed", "%s for node %u arrived at node %u",
 		       peer_type_name(m.h.type), m.h.to_node, pl->me);
 		return;
 	}
@@ -646,9 +327,9 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 	if (m.h.to_epoch != pl->epoch) {
 		/* For an earlier daemon on this node (e.g. a heartbeat that
 		 * crossed this one's HELLO): the sender learns who is here. */
-		reject(pl, "stale", "%s from node %u for an earlier incarnation of this daemon",
+		peer_reject(pl, "stale", "%s from node %u for an earlier incarnation of this daemon",
 		       peer_type_name(m.h.type), k);
-		send_hello(pl, k, false);
+		peer_send_hello(pl, k, false);
 		return;
 	}
 	if (!nd->up && nd->epoch && m.h.from_epoch == nd->epoch) {
@@ -661,11 +342,11 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		node_metric(pl, k, true);
 	}
 	if (!nd->up || m.h.from_epoch != nd->epoch) {
-		reject(pl, "epoch", "%s from node %u epoch %016llx, which is not the one this daemon "
+		peer_reject(pl, "epoch", "%s from node %u epoch %016llx, which is not the one this daemon "
 		       "knows (%016llx)", peer_type_name(m.h.type), k,
 		       (unsigned long long)m.h.from_epoch, (unsigned long long)nd->epoch);
 		/* It may not know us: introduce ourselves. */
-		send_hello(pl, k, false);
+		peer_send_hello(pl, k, false);
 		return;
 	}
 	nd->last_heard_ns = ckpt_mono_ns();
@@ -674,7 +355,7 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		break;
 	case PEER_VOTE:
 		if (pl->me != 0) {
-			reject(pl, "conflict", "VOTE from node %u to node %u, which does not lead", k,
+			peer_reject(pl, "conflict", "VOTE from node %u to node %u, which does not lead", k,
 			       pl->me);
 			break;
 		}
@@ -682,7 +363,7 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		break;
 	case PEER_COMMITTED:
 		if (k != 0) {
-			reject(pl, "conflict", "COMMITTED job=%s step=%llu from node %u, which does "
+			peer_reject(pl, "conflict", "COMMITTED job=%s step=%llu from node %u, which does "
 			       "not lead", m.job, (unsigned long long)m.step, k);
 			break;
 		}
@@ -691,37 +372,37 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 		break;
 	case PEER_ABORT:
 		if (pl->me != 0 && k != 0) {
-			reject(pl, "conflict", "ABORT from node %u, which does not lead", k);
+			peer_reject(pl, "conflict", "ABORT from node %u, which does not lead", k);
 			break;
 		}
 		coord_peer_abort(pl->d, k, &m);
 		peer_step_failed(pl->d, m.job, m.step);
 		break;
 	case PEER_COPY_OFFER:
-		on_copy_offer(pl, k, &m);
+		partner_on_copy_offer(pl, k, &m);
 		break;
 	case PEER_COPY_ACCEPT:
-		on_copy_accept(pl, k, &m);
+		partner_on_copy_accept(pl, k, &m);
 		break;
 	case PEER_COPY_DONE:
-		on_remote_done(pl, k, &m, X_COPY_IN);
+		partner_on_remote_done(pl, k, &m, X_COPY_IN);
 		break;
 	case PEER_FETCH:
-		on_fetch(pl, k, &m);
+		partner_on_fetch(pl, k, &m);
 		break;
 	case PEER_FETCH_HAVE:
-		on_fetch_have(pl, k, &m);
+		partner_on_fetch_have(pl, k, &m);
 		break;
 	case PEER_FETCH_GO:
-		on_fetch_go(pl, k, &m);
+		partner_on_fetch_go(pl, k, &m);
 		break;
 	case PEER_FETCH_DONE:
-		on_remote_done(pl, k, &m, X_FETCH);
+		partner_on_remote_done(pl, k, &m, X_FETCH);
 		break;
 	case PEER_AGREE_JOIN:
 	case PEER_AGREE_REPORT:
 		if (pl->me != 0) {
-			reject(pl, "conflict", "%s from node %u to node %u, which does not lead",
+			peer_reject(pl, "conflict", "%s from node %u to node %u, which does not lead",
 			       peer_type_name(m.h.type), k, pl->me);
 			break;
 		}
@@ -730,7 +411,7 @@ static void on_message(struct peerlink *pl, const uint8_t *buf, size_t len)
 	case PEER_AGREE_TRY:
 	case PEER_AGREE_DONE:
 		if (k != 0) {
-			reject(pl, "conflict", "%s from node %u, which does not lead",
+			peer_reject(pl, "conflict", "%s from node %u, which does not lead",
 			       peer_type_name(m.h.type), k);
 			break;
 		}
@@ -757,7 +438,7 @@ static int post_ctrl_recvs(struct peerlink *pl)
 		op->kind = OP_CTRL_RECV;
 		op->buf = pl->ctrl_bufs + (size_t)i * PEER_MSG_MAX;
 		op->len = PEER_MSG_MAX;
-		int r = op_post(pl, op);
+		int r = peer_op_post(pl, op);
 		if (r < 0) {
 			log_error("peer", "posting receive buffers: %s", fi_strerror(-r));
 			return -EIO;
@@ -776,8 +457,8 @@ static void on_completion(struct peerlink *pl, struct op *op, size_t len, int er
 		if (err == 0)
 			on_message(pl, op->buf, len);
 		else if (err != -FI_ECANCELED)
-			reject(pl, "malformed", "receive failed: %s", fi_strerror(-err));
-		if (err != -FI_ECANCELED && op_post(pl, op) < 0)
+			peer_reject(pl, "malformed", "receive failed: %s", fi_strerror(-err));
+		if (err != -FI_ECANCELED && peer_op_post(pl, op) < 0)
 			log_warn("peer", "could not repost a receive buffer");
 		break;
 	case OP_CTRL_SEND:
@@ -804,7 +485,7 @@ static void on_completion(struct peerlink *pl, struct op *op, size_t len, int er
 				  op->len);
 		else
 			x->done_pieces++;
-		x->deadline_ns = ckpt_mono_ns() + timeout_ns(pl);
+		x->deadline_ns = ckpt_mono_ns() + peer_timeout_ns(pl);
 		free(op);
 		xfer_progress(pl, x);
 		break;
@@ -852,7 +533,7 @@ static void retry_pending(struct peerlink *pl)
 		struct node *nd = &pl->nodes[k];
 		while (nd->pending_head) {
 			struct op *op = nd->pending_head;
-			int r = op_post(pl, op);
+			int r = peer_op_post(pl, op);
 			if (r == -FI_EAGAIN)
 				break;
 			pending_pop(pl, nd);
@@ -903,7 +584,7 @@ static void tick(struct peerlink *pl)
 		struct node *nd = &pl->nodes[k];
 		if (k == pl->me)
 			continue;
-		if (nd->up && now - nd->last_heard_ns > timeout_ns(pl)) {
+		if (nd->up && now - nd->last_heard_ns > peer_timeout_ns(pl)) {
 			char why[64];
 			snprintf(why, sizeof(why), "silent for %lld ms",
 				 (long long)((now - nd->last_heard_ns) / 1000000));
@@ -912,16 +593,16 @@ static void tick(struct peerlink *pl)
 		if (!nd->up) {
 			rdv_read_start(pl, k);
 			if (nd->have_addr)
-				send_hello(pl, k, false);
+				peer_send_hello(pl, k, false);
 		} else {
-			msg_init(&m, PEER_HEARTBEAT);
-			send_msg(pl, k, &m);
+			peer_msg_init(&m, PEER_HEARTBEAT);
+			peer_send_msg(pl, k, &m);
 		}
 	}
 	/* Outcomes this node may have missed are asked for again; the leader
 	 * ends steps that wait too long. */
 	if (!pl->stopping)
-		coord_peer_tick(pl->d, now, timeout_ns(pl));
+		coord_peer_tick(pl->d, now, peer_timeout_ns(pl));
 	for (struct xfer *x = pl->xfers, *next; x; x = next) {
 		next = x->next;
 		if (!x->finished && x->status == 0 && now > x->deadline_ns) {
@@ -1058,9 +739,9 @@ int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
 {
 	struct peer_msg m;
 
-	msg_init(&m, PEER_VOTE);
+	peer_msg_init(&m, PEER_VOTE);
 	m.status = again ? PEER_VOTE_AGAIN : 0;
-	msg_job(&m, st->job->name, st->step);
+	peer_msg_job(&m, st->job->name, st->step);
 	m.world_size = st->world_size;
 	m.rank = rank;
 	m.shard_bytes = v->shard_bytes;
@@ -1070,14 +751,14 @@ int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
 	memcpy(m.index_sha256, v->index_sha256, 32);
 	if (!d->peer->nodes[0].up)
 		return -ENOTCONN;
-	return send_msg(d->peer, 0, &m);
+	return peer_send_msg(d->peer, 0, &m);
 }
 
 static void abort_msg(struct peer_msg *m, const char *job, uint64_t step, int error,
 		      const char *reason)
 {
-	msg_init(m, PEER_ABORT);
-	msg_job(m, job, step);
+	peer_msg_init(m, PEER_ABORT);
+	peer_msg_job(m, job, step);
 	m->status = error < 0 ? error : -EIO;
 	snprintf(m->reason, sizeof(m->reason), "%s", reason ? reason : "");
 }
@@ -1088,7 +769,7 @@ void peer_send_abort_to(struct daemon *d, uint32_t node, const char *job, uint64
 	struct peer_msg m;
 
 	abort_msg(&m, job, step, error, reason);
-	send_msg(d->peer, node, &m);
+	peer_send_msg(d->peer, node, &m);
 }
 
 void peer_send_abort(struct daemon *d, const char *job, uint64_t step, int error,
@@ -1117,10 +798,10 @@ void peer_send_committed_to(struct daemon *d, uint32_t node, const char *job, ui
 {
 	struct peer_msg m;
 
-	msg_init(&m, PEER_COMMITTED);
-	msg_job(&m, job, step);
+	peer_msg_init(&m, PEER_COMMITTED);
+	peer_msg_job(&m, job, step);
 	m.world_size = world_size;
-	send_msg(d->peer, node, &m);
+	peer_send_msg(d->peer, node, &m);
 }
 
 void peer_send_committed(struct daemon *d, const char *job, uint64_t step, uint32_t world_size)
@@ -1151,7 +832,7 @@ int peer_send_agree(struct daemon *d, uint32_t node, struct peer_msg *m)
 
 	if (!pl || node >= pl->n || !pl->nodes[node].up)
 		return -ENOTCONN;
-	return send_msg(pl, node, m);
+	return peer_send_msg(pl, node, m);
 }
 
 uint32_t peer_node_index(const struct daemon *d)
@@ -1193,11 +874,11 @@ int peer_init(struct daemon *d)
 		return -EIO;
 	pl->epoch |= 1;
 	snprintf(pl->rdv, sizeof(pl->rdv), "%s", cfg->rendezvous_dir);
-	if (!pl->explicit_peers && (r = mkdir_p(pl->rdv, 0700)) < 0) {
+	if (!pl->explicit_peers && (r = rdv_mkdir_p(pl->rdv, 0700)) < 0) {
 		log_error("peer", "cannot create rendezvous directory %s: %s", pl->rdv, strerror(-r));
 		return r;
 	}
-	if ((r = load_key(pl)) < 0)
+	if ((r = peer_load_key(pl)) < 0)
 		return r;
 	if ((r = fabric_open(pl)) < 0)
 		return r;
@@ -1207,7 +888,7 @@ int peer_init(struct daemon *d)
 	pl->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (pl->timer_fd < 0 || pl->wake_fd < 0)
 		return -errno;
-	int64_t period = timeout_ns(pl) / 4;
+	int64_t period = peer_timeout_ns(pl) / 4;
 	struct itimerspec its = {
 		.it_interval = { period / 1000000000, period % 1000000000 },
 		.it_value = { 0, 1000000 },
@@ -1228,7 +909,7 @@ int peer_init(struct daemon *d)
 			pl->nodes[k].fa = fa;
 			pl->nodes[k].have_addr = true;
 		}
-	} else if ((r = publish(pl)) < 0) {
+	} else if ((r = rdv_publish(pl)) < 0) {
 		log_error("peer", "cannot publish this node's address in %s: %s", pl->rdv,
 			  strerror(-r));
 		return r;
@@ -1316,7 +997,7 @@ void peer_fini(struct daemon *d)
 		close(pl->timer_fd);
 	if (pl->wake_fd >= 0)
 		close(pl->wake_fd);
-	if (!pl->explicit_peers && pl->myaddr_len && own_file_is_ours(pl)) {
+	if (!pl->explicit_peers && pl->myaddr_len && rdv_own_file_is_ours(pl)) {
 		char path[PATH_MAX + 32];
 		snprintf(path, sizeof(path), "%s/node-%u", pl->rdv, pl->me);
 		unlink(path);

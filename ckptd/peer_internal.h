@@ -184,16 +184,27 @@ struct peerlink {
 
 extern pthread_mutex_t fetch_lock;
 
-/* peer.c: control messages, rendezvous. */
-int64_t timeout_ns(const struct peerlink *pl);
-void reject(struct peerlink *pl, const char *reason, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-int op_post(struct peerlink *pl, struct op *op);
-int send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m);
-void msg_init(struct peer_msg *m, enum peer_type type);
-void msg_job(struct peer_msg *m, const char *job, uint64_t step);
+/* rendezvous.c: addresses, the rendezvous directory, the group's key. */
+int peer_node_set_addr(struct peerlink *pl, uint32_t k, const uint8_t *addr, size_t len);
+int rdv_mkdir_p(const char *path, mode_t mode);
+int rdv_publish(struct peerlink *pl);
+bool rdv_own_file_is_ours(const struct peerlink *pl);
+/* Read node k's rendezvous file on a worker; the result is handled on the loop. */
+void rdv_read_start(struct peerlink *pl, uint32_t k);
+int peer_load_key(struct peerlink *pl);
 int peer_entry(const char *list, uint32_t k, char *host, size_t hcap, char *port,
 	       size_t pcap);
+
+/* peer.c: control messages. */
+int64_t peer_timeout_ns(const struct peerlink *pl);
+void peer_reject(struct peerlink *pl, const char *reason, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+int peer_op_post(struct peerlink *pl, struct op *op);
+int peer_send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m);
+void peer_msg_init(struct peer_msg *m, enum peer_type type);
+void peer_msg_job(struct peer_msg *m, const char *job, uint64_t step);
+/* HELLO (or its answer, `ack`) to node. */
+void peer_send_hello(struct peerlink *pl, uint32_t node, bool ack);
 
 /* fabric.c: registration, fabric setup, transfers. */
 void *mr_desc(struct peerlink *pl, const void *buf, size_t len, uint64_t access,
@@ -217,15 +228,15 @@ void store_gauge(struct peerlink *pl);
 void pentry_drop(struct peerlink *pl, struct pentry *pe);
 bool recently_committed(const struct peerlink *pl, const char *job, uint64_t step);
 void hold_release(struct peerlink *pl, struct hold *h);
-void on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
-void on_copy_accept(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
-void on_remote_done(struct peerlink *pl, uint32_t from, const struct peer_msg *m,
+void partner_on_copy_offer(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
+void partner_on_copy_accept(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
+void partner_on_remote_done(struct peerlink *pl, uint32_t from, const struct peer_msg *m,
 		    enum xfer_kind kind);
 void fetch_complete(struct peerlink *pl, struct fetch_req *rq, int result,
 		    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 void fetch_next(struct peerlink *pl, struct fetch_req *rq);
-void on_fetch(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
-void on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
-void on_fetch_go(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
+void partner_on_fetch(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
+void partner_on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
+void partner_on_fetch_go(struct peerlink *pl, uint32_t from, const struct peer_msg *m);
 
 #endif

@@ -48,6 +48,11 @@ struct config_option {
 	size_t offset, size;       /* where the parsed value goes */
 	bool computed_default;     /* def is the fallback of a rule in description */
 	bool secret;               /* may hold a token: --check-config hides it */
+	/* What the type cannot check, run on each value of the option as soon
+	 * as it is set (value: its text). 0, or < 0 with the reason (without
+	 * the origin) in msg. It may also set what derives from this one value
+	 * (allowed_group: allowed_gid). The unit the option belongs to owns it. */
+	int (*check)(struct ckptd_config *cfg, const char *value, char *msg, size_t msglen);
 };
 
 #define FIELD(m) offsetof(struct ckptd_config, m), sizeof(((struct ckptd_config *)0)->m)
@@ -58,6 +63,11 @@ static const char *const log_level_values[] = { "error", "warn", "info", "debug"
 static const char *const lock_memory_values[] = { "auto", "on", "off", NULL };
 static const char *const s3_addressing_values[] = { "auto", "path", "virtual", NULL };
 static const char *const s3_compress_values[] = { "none", "zstd", NULL };
+
+static int allowed_group_check(struct ckptd_config *cfg, const char *value, char *msg,
+			       size_t msglen);
+static int metrics_listen_check(struct ckptd_config *cfg, const char *value, char *msg,
+				size_t msglen);
 
 static const struct config_option options[] = {
 	{
@@ -86,6 +96,7 @@ static const struct config_option options[] = {
 			"its members may connect under socket_mode. Empty: leave the\n"
 			"group of the socket as created.",
 		.offset = FIELD(allowed_group),
+		.check = allowed_group_check,
 	},
 	{
 		.key = "root", .type = OPT_PATH, .def = "/var/lib/ckpt",
@@ -235,6 +246,7 @@ static const struct config_option options[] = {
 			"(logged, and written to metrics_port_file). Empty or \"off\": no\n"
 			"endpoint. Metrics are listed in docs/METRICS.md.",
 		.offset = FIELD(metrics_listen),
+		.check = metrics_listen_check,
 	},
 	{
 		.key = "metrics_port_file", .type = OPT_STRING, .def = "",
@@ -255,6 +267,7 @@ static const struct config_option options[] = {
 			"prefer the environment (CKPTD_WEBHOOK_URL) to a command line.\n"
 			"Empty: no events are sent.",
 		.offset = FIELD(webhook_url),
+		.check = events_url_check,
 	},
 	{
 		.key = "webhook_events", .type = OPT_STRING, .def = "all",
@@ -263,6 +276,7 @@ static const struct config_option options[] = {
 			"Events sent to webhook_url, separated by commas: committed,\n"
 			"failed, skipped, s3_failed, s3_backlog, stall, peer_lost, or all.",
 		.offset = FIELD(webhook_events),
+		.check = events_list_check,
 	},
 	{
 		.key = "webhook_rate", .type = OPT_UINT, .def = "20", .min = 1, .max = 6000,
@@ -896,7 +910,8 @@ static void apply(struct loader *ld, const struct config_option *o, const char *
 {
 	char msg[512];
 
-	if (set_value(ld->cfg, o, text, msg, sizeof(msg)) < 0) {
+	if (set_value(ld->cfg, o, text, msg, sizeof(msg)) < 0 ||
+	    (o->check && o->check(ld->cfg, text, msg, sizeof(msg)) < 0)) {
 		fprintf(ld->errout, "%s: %s\n", origin, msg);
 		ld->errors++;
 		return;
@@ -1040,11 +1055,11 @@ static void apply_environment(struct loader *ld)
 	}
 }
 
-static int resolve_group(struct loader *ld)
+/* allowed_group's check: the group is looked up now, so that a name that
+ * does not resolve stops ckptd before it listens. */
+static int allowed_group_check(struct ckptd_config *cfg, const char *g, char *msg,
+			       size_t msglen)
 {
-	struct ckptd_config *cfg = ld->cfg;
-	const char *origin = ld->origin[option_index(find_option("allowed_group"))];
-	const char *g = cfg->allowed_group ? cfg->allowed_group : "";
 	struct group grp, *res = NULL;
 	char *buf = NULL;
 	size_t cap = 1024;
@@ -1056,8 +1071,8 @@ static int resolve_group(struct loader *ld)
 		return 0;
 	if (parse_uint(g, 10, &gid) == 0) {
 		if (gid >= (gid_t)-1) {
-			fprintf(ld->errout, "%s: gid %s is out of range\n", origin, g);
-			return -1;
+			snprintf(msg, msglen, "gid %s is out of range", g);
+			return -ERANGE;
 		}
 		cfg->allowed_gid = (gid_t)gid;
 		return 0;
@@ -1078,41 +1093,27 @@ static int resolve_group(struct loader *ld)
 		cfg->allowed_gid = res->gr_gid;
 	free(buf);
 	if (r) {
-		fprintf(ld->errout, "%s: cannot look up group '%s': %s\n", origin, g, strerror(r));
-		return -1;
+		snprintf(msg, msglen, "cannot look up group '%s': %s", g, strerror(r));
+		return -r;
 	}
 	if (!res) {
-		fprintf(ld->errout, "%s: no such group '%s'\n", origin, g);
-		return -1;
+		snprintf(msg, msglen, "no such group '%s'", g);
+		return -ENOENT;
 	}
 	return 0;
 }
 
-/* Values of the metrics and events settings that the table's types cannot
- * check. The webhook URL is never echoed: it may hold a token. */
-static void resolve_operations(struct loader *ld)
+/* metrics_listen's check, here because its parser lives with the endpoint
+ * (metrics_http.c), which has no business with the table. */
+static int metrics_listen_check(struct ckptd_config *cfg, const char *value, char *msg,
+				size_t msglen)
 {
-	struct ckptd_config *cfg = ld->cfg;
-	char msg[256];
-	unsigned mask;
-
-	if (metrics_listen_parse(cfg->metrics_listen, NULL, NULL) < 0) {
-		fprintf(ld->errout, "%s: '%s' is not an address (expected IPV4:PORT, [IPV6]:PORT "
-			"or off)\n", ld->origin[option_index(find_option("metrics_listen"))],
-			cfg->metrics_listen);
-		ld->errors++;
-	}
-	if (events_parse_list(cfg->webhook_events, &mask, msg, sizeof(msg)) < 0) {
-		fprintf(ld->errout, "%s: %s\n",
-			ld->origin[option_index(find_option("webhook_events"))], msg);
-		ld->errors++;
-	}
-	if (cfg->webhook_url && *cfg->webhook_url && strncmp(cfg->webhook_url, "http://", 7) &&
-	    strncmp(cfg->webhook_url, "https://", 8)) {
-		fprintf(ld->errout, "%s: not an http:// or https:// URL (value not shown)\n",
-			ld->origin[option_index(find_option("webhook_url"))]);
-		ld->errors++;
-	}
+	(void)cfg;
+	if (metrics_listen_parse(value, NULL, NULL) >= 0)
+		return 0;
+	snprintf(msg, msglen, "'%s' is not an address (expected IPV4:PORT, [IPV6]:PORT or off)",
+		 value);
+	return -EINVAL;
 }
 
 static const char *env_nonempty(const char *name)
@@ -1222,14 +1223,15 @@ static void resolve_cluster(struct loader *ld)
 	}
 }
 
-/* Settings whose value depends on the machine. */
+/* Settings whose value depends on the machine, and checks across options:
+ * a final pass once every source is applied, because no single value can
+ * be checked alone (nodes against node_index and peers, rendezvous_dir from
+ * root and cluster_id, the launcher's environment). What one value decides
+ * is its option's check hook instead (apply). */
 static void resolve(struct loader *ld)
 {
 	struct ckptd_config *cfg = ld->cfg;
 
-	if (resolve_group(ld) < 0)
-		ld->errors++;
-	resolve_operations(ld);
 	resolve_cluster(ld);
 	if (cfg->staging_bytes == 0) {
 		long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

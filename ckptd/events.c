@@ -110,6 +110,23 @@ int events_parse_list(const char *text, unsigned *mask, char *err, size_t errlen
 	return 0;
 }
 
+int events_list_check(struct ckptd_config *cfg, const char *value, char *msg, size_t msglen)
+{
+	unsigned mask;
+
+	(void)cfg;
+	return events_parse_list(value, &mask, msg, msglen);
+}
+
+int events_url_check(struct ckptd_config *cfg, const char *value, char *msg, size_t msglen)
+{
+	(void)cfg;
+	if (!*value || !strncmp(value, "http://", 7) || !strncmp(value, "https://", 8))
+		return 0;
+	snprintf(msg, msglen, "not an http:// or https:// URL (value not shown)");
+	return -EINVAL;
+}
+
 bool events_wanted(enum event_kind kind)
 {
 	return (unsigned)kind < EVENT__COUNT &&

@@ -42,6 +42,11 @@ const char *event_kind_name(enum event_kind kind);
 /* Parse a webhook_events value: names separated by commas and/or blanks,
  * or "all". 0 with *mask set (bit per kind), or -EINVAL with a message. */
 int events_parse_list(const char *text, unsigned *mask, char *err, size_t errlen);
+/* config.c's check hooks for webhook_events (events_parse_list) and
+ * webhook_url (http:// or https://, or empty): 0, or -EINVAL with the reason
+ * in msg. The URL is never put into msg: it may hold a token. */
+int events_list_check(struct ckptd_config *cfg, const char *value, char *msg, size_t msglen);
+int events_url_check(struct ckptd_config *cfg, const char *value, char *msg, size_t msglen);
 
 /* Start the sender thread when webhook_url is set (else do nothing).
  * Call from the main thread before other threads use libcurl. 0 or -errno

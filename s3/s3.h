@@ -440,9 +440,65 @@ int s3_list_multipart_uploads(s3_client *c, const char *bucket,
 
 /* ------------------------------------------------------------------------
  * Blocking helpers (s3sync.c), for code on a thread of its own (tools,
- * ckptd's restore workers). Each call makes a private client from cfg,
- * runs it to completion and frees it; calls on different threads are
- * independent. err gets one line naming bucket and key on failure.
+ * ckptd's restore workers). err gets one line naming bucket and key on
+ * failure.
+ *
+ * On a client the caller keeps: made by s3_sync_client_new (without loop
+ * ops), used by one thread, freed with s3_client_free. Each call starts its
+ * operations and runs the client until none is pending, so connections are
+ * reused from one call to the next.
+ */
+/* s3_client_new with max_inflight concurrent requests (0: 1) and the
+ * other options at their defaults; err: "S3 client: ..." */
+int s3_sync_client_new(const struct s3_config *cfg, unsigned max_inflight, s3_client **c,
+			char *err, size_t errlen);
+/* HEAD: the object's size. -ENOENT (err: "no such object") when absent. */
+int s3_sync_head(s3_client *c, const char *bucket, const char *key, uint64_t *size,
+		 char *err, size_t errlen);
+/* One page of a listing, valid during the call only. Return 0 for the next
+ * page, > 0 to stop after this one (a look, not everything), or -errno to
+ * fail the listing with it. */
+typedef int (*s3_sync_page_fn)(void *ctx, const struct s3_list *page);
+/* Every page of a ListObjectsV2 listing (args as s3_list_objects takes
+ * them; args->marker: where to start), in order, each to page(). */
+int s3_sync_list_each(s3_client *c, const char *bucket, const struct s3_list_args *args,
+		      s3_sync_page_fn page, void *ctx, char *err, size_t errlen);
+/* The same over ListMultipartUploads (page->uploads). */
+int s3_sync_list_uploads_each(s3_client *c, const char *bucket,
+			      const struct s3_list_args *args, s3_sync_page_fn page,
+			      void *ctx, char *err, size_t errlen);
+/* One GET of a batch: the caller fills key, range and sink (kept valid
+ * until s3_sync_get_many returned); the outcome lands in err,
+ * content_length and error. */
+struct s3_sync_get {
+	const char *key;
+	uint64_t offset;
+	uint64_t len;               /* 0: to the end of the object */
+	struct s3_sink sink;
+	int err;                    /* 0, -errno, or -ECANCELED: never started */
+	uint64_t content_length;    /* bytes written */
+	char error[600];            /* "" or s3_result.error */
+};
+/* Run n GETs at once (the client keeps max_inflight in flight and queues
+ * the rest). Returns 0 once all ended, each with its own outcome (look at
+ * v[i].err), or -errno when starting one or waiting failed (err says
+ * which; what was started has still ended unless waiting timed out). */
+int s3_sync_get_many(s3_client *c, const char *bucket, struct s3_sync_get *v, size_t n,
+		     char *err, size_t errlen);
+/* A whole object that must be exactly size bytes (a listing or HEAD said
+ * so) into a new NUL-terminated buffer (*buf: free); -EBADMSG when it is
+ * not, -EOVERFLOW when it grew. */
+int s3_sync_get_exact(s3_client *c, const char *bucket, const char *key, uint64_t size,
+		      char **buf, char *err, size_t errlen);
+/* Bytes [offset, offset + len) of an object into buf as `parts` ranged
+ * GETs at once (0: 1); each range must come back whole (-EBADMSG, err
+ * without the key: "a range of N bytes came back with M"). */
+int s3_sync_get_ranges(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+		       size_t len, void *buf, unsigned parts, char *err, size_t errlen);
+
+/*
+ * One call, one client: each makes a private client from cfg, runs it to
+ * completion and frees it; calls on different threads are independent.
  */
 /* Every key under prefix with its size, in key order (*keys: free each and
  * the array; *sizes: free). */

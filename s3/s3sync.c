@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Blocking helpers over a private S3 client, for code that runs on a
- * thread of its own (tools, ckptd's restore workers): each call makes a
- * client, drives it with s3_client_wait until its operations are done, and
- * frees it. See s3.h, "Blocking helpers".
+ * Blocking helpers over S3 clients, for code that runs on a thread of its
+ * own (tools, ckptd's restore workers), driving a client with
+ * s3_client_wait until its operations are done: single operations on a
+ * client the caller keeps (connections reused from call to call), and
+ * whole jobs that make a private client and free it. See s3.h, "Blocking
+ * helpers". Event-loop users (ckptd's uploader) never come here.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -19,10 +21,10 @@
 #define RANGE_BYTES ((uint64_t)16 << 20)
 #define WAIT_MS (30 * 60 * 1000)
 
-static int client_new(const struct s3_config *cfg, unsigned inflight, s3_client **c,
-		      char *err, size_t errlen)
+int s3_sync_client_new(const struct s3_config *cfg, unsigned max_inflight, s3_client **c,
+			char *err, size_t errlen)
 {
-	struct s3_client_options o = { .max_inflight = inflight ? inflight : 1 };
+	struct s3_client_options o = { .max_inflight = max_inflight ? max_inflight : 1 };
 	char why[400] = "";
 	int r = s3_client_new(cfg, &o, NULL, c, why, sizeof(why));
 
@@ -31,23 +33,13 @@ static int client_new(const struct s3_config *cfg, unsigned inflight, s3_client 
 	return r;
 }
 
+/* One operation's outcome; its done callback sets every field, so one can
+ * serve several operations in turn. */
 struct one {
 	int err;
 	char error[600];
 	uint64_t content_length;
-	struct s3_list list;   /* keys and sizes of a listing page */
-	char *next_marker;
-	bool truncated;
 };
-
-static void one_free(struct one *o)
-{
-	for (size_t i = 0; i < o->list.n_objects; i++)
-		free(o->list.objects[i].key);
-	free(o->list.objects);
-	free(o->next_marker);
-	memset(o, 0, sizeof(*o));
-}
 
 static void one_done(const struct s3_result *res, void *arg)
 {
@@ -56,28 +48,6 @@ static void one_done(const struct s3_result *res, void *arg)
 	o->err = res->err;
 	snprintf(o->error, sizeof(o->error), "%s", res->error ? res->error : "");
 	o->content_length = res->content_length;
-	if (res->err || !res->list)
-		return;
-	o->truncated = res->list->truncated;
-	if (res->list->next_marker && !(o->next_marker = strdup(res->list->next_marker))) {
-		o->err = -ENOMEM;
-		return;
-	}
-	o->list.objects = calloc(res->list->n_objects ? res->list->n_objects : 1,
-				 sizeof(*o->list.objects));
-	if (!o->list.objects) {
-		o->err = -ENOMEM;
-		return;
-	}
-	for (size_t i = 0; i < res->list->n_objects; i++) {
-		o->list.objects[i].key = strdup(res->list->objects[i].key);
-		o->list.objects[i].size = res->list->objects[i].size;
-		if (!o->list.objects[i].key) {
-			o->err = -ENOMEM;
-			return;
-		}
-		o->list.n_objects++;
-	}
 }
 
 /* Wait for the one operation that `submitted` (its return) started. */
@@ -97,60 +67,260 @@ static int one_wait(s3_client *c, int submitted, struct one *o, const char *what
 	return o->err;
 }
 
+/* ---- on a client the caller keeps ------------------------------------------- */
+
+int s3_sync_head(s3_client *c, const char *bucket, const char *key, uint64_t *size,
+		 char *err, size_t errlen)
+{
+	struct one o = { 0 };
+	char what[S3_BUCKET_MAX + S3_KEY_MAX + 16];
+	int r;
+
+	snprintf(what, sizeof(what), "s3://%s/%s", bucket, key);
+	r = one_wait(c, s3_head_object(c, bucket, key, one_done, &o), &o, what, err, errlen);
+	if (r == 0)
+		*size = o.content_length;
+	else if (r == -ENOENT)
+		snprintf(err, errlen, "s3://%s/%s: no such object", bucket, key);
+	return r;
+}
+
+/* A listing page by page: each page goes to page() while the result is valid. */
+struct paged {
+	struct one o;
+	s3_sync_page_fn page;
+	void *ctx;
+	bool stop;              /* page() asked for no more */
+	bool truncated;
+	char *next_marker, *next_upload_id_marker;
+};
+
+static void paged_done(const struct s3_result *res, void *arg)
+{
+	struct paged *p = arg;
+
+	one_done(res, &p->o);
+	if (res->err || !res->list)
+		return;
+	int r = p->page(p->ctx, res->list);
+	if (r < 0)
+		p->o.err = r;
+	p->stop = r > 0;
+	p->truncated = res->list->truncated;
+	if (res->list->next_marker)
+		p->next_marker = strdup(res->list->next_marker);
+	if (res->list->next_upload_id_marker)
+		p->next_upload_id_marker = strdup(res->list->next_upload_id_marker);
+	if ((res->list->next_marker && !p->next_marker) ||
+	    (res->list->next_upload_id_marker && !p->next_upload_id_marker))
+		p->o.err = -ENOMEM;
+}
+
+static int list_each(s3_client *c, bool uploads, const char *bucket,
+		     const struct s3_list_args *args, s3_sync_page_fn page, void *ctx,
+		     char *err, size_t errlen)
+{
+	struct s3_list_args a = *args;
+	char *marker = NULL, *upload_marker = NULL, what[S3_BUCKET_MAX + S3_KEY_MAX + 32];
+	int r;
+
+	snprintf(what, sizeof(what), "listing s3://%s/%s", bucket, a.prefix ? a.prefix : "");
+	for (;;) {
+		struct paged p = { .page = page, .ctx = ctx };
+
+		r = uploads ? s3_list_multipart_uploads(c, bucket, &a, paged_done, &p)
+			    : s3_list_objects(c, bucket, &a, paged_done, &p);
+		r = one_wait(c, r, &p.o, what, err, errlen);
+		free(marker);
+		free(upload_marker);
+		marker = upload_marker = NULL;
+		bool more = r == 0 && !p.stop && p.truncated && p.next_marker;
+
+		if (more) {
+			a.marker = marker = p.next_marker;
+			a.upload_id_marker = upload_marker = p.next_upload_id_marker;
+		} else {
+			free(p.next_marker);
+			free(p.next_upload_id_marker);
+		}
+		if (!more)
+			break;
+	}
+	return r;
+}
+
+int s3_sync_list_each(s3_client *c, const char *bucket, const struct s3_list_args *args,
+		      s3_sync_page_fn page, void *ctx, char *err, size_t errlen)
+{
+	return list_each(c, false, bucket, args, page, ctx, err, errlen);
+}
+
+int s3_sync_list_uploads_each(s3_client *c, const char *bucket,
+			      const struct s3_list_args *args, s3_sync_page_fn page,
+			      void *ctx, char *err, size_t errlen)
+{
+	return list_each(c, true, bucket, args, page, ctx, err, errlen);
+}
+
+static void get_done(const struct s3_result *res, void *arg)
+{
+	struct s3_sync_get *g = arg;
+
+	g->err = res->err;
+	snprintf(g->error, sizeof(g->error), "%s", res->error ? res->error : "");
+	g->content_length = res->content_length;
+}
+
+int s3_sync_get_many(s3_client *c, const char *bucket, struct s3_sync_get *v, size_t n,
+		     char *err, size_t errlen)
+{
+	size_t i;
+	int r = 0;
+
+	for (i = 0; i < n; i++) {
+		v[i].err = -ECANCELED;  /* until its done callback says otherwise */
+		v[i].content_length = 0;
+		v[i].error[0] = '\0';
+	}
+	/* All at once: the client runs max_inflight and queues the rest. */
+	for (i = 0; i < n && r == 0; i++)
+		r = s3_get_object(c, bucket, v[i].key, v[i].offset, v[i].len, &v[i].sink,
+				  get_done, &v[i]);
+	/* Wait even after a failed submit: what was accepted must end. */
+	int w = s3_client_wait(c, WAIT_MS);
+
+	if (r < 0) {
+		snprintf(err, errlen, "s3://%s/%s: %s", bucket, v[i - 1].key, strerror(-r));
+	} else if (w < 0) {
+		r = w;
+		snprintf(err, errlen, "s3://%s/%s%s: %s", bucket, n ? v[0].key : "",
+			 n > 1 ? " (and others)" : "", strerror(-r));
+	}
+	return r;
+}
+
+int s3_sync_get_exact(s3_client *c, const char *bucket, const char *key, uint64_t size,
+		      char **buf, char *err, size_t errlen)
+{
+	char *b = malloc(size + 1);
+
+	if (!b)
+		return -ENOMEM;
+	struct s3_sync_get g = { .key = key, .sink = { .buf = b, .fd = -1, .cap = size } };
+	int r = s3_sync_get_many(c, bucket, &g, 1, err, errlen);
+
+	if (r == 0 && g.err) {
+		r = g.err;
+		snprintf(err, errlen, "%s", g.error[0] ? g.error : strerror(-r));
+	} else if (r == 0 && g.content_length != size) {
+		snprintf(err, errlen, "s3://%s/%s: %" PRIu64 " bytes, expected %" PRIu64, bucket,
+			 key, g.content_length, size);
+		r = -EBADMSG;
+	}
+	if (r < 0) {
+		free(b);
+		return r;
+	}
+	b[size] = '\0';
+	*buf = b;
+	return 0;
+}
+
+int s3_sync_get_ranges(s3_client *c, const char *bucket, const char *key, uint64_t offset,
+		       size_t len, void *buf, unsigned parts, char *err, size_t errlen)
+{
+	size_t per, k = 0;
+	struct s3_sync_get *g;
+	int r;
+
+	if (!parts)
+		parts = 1;
+	per = (len + parts - 1) / parts;
+	g = calloc(parts, sizeof(*g));
+	if (!g) {
+		snprintf(err, errlen, "%s", strerror(ENOMEM));
+		return -ENOMEM;
+	}
+	for (size_t pos = 0; pos < len && k < parts; pos += per) {
+		size_t l = len - pos < per ? len - pos : per;
+
+		g[k].key = key;
+		g[k].offset = offset + pos;
+		g[k].len = l;
+		g[k].sink = (struct s3_sink){ .buf = (uint8_t *)buf + pos, .fd = -1, .cap = l };
+		k++;
+	}
+	r = s3_sync_get_many(c, bucket, g, k, err, errlen);
+	for (size_t i = 0; r == 0 && i < k; i++) {
+		if (g[i].err) {
+			r = g[i].err;
+			snprintf(err, errlen, "%s", g[i].error[0] ? g[i].error : strerror(-r));
+		} else if (g[i].content_length != g[i].len) {
+			snprintf(err, errlen, "a range of %" PRIu64 " bytes came back with %" PRIu64,
+				 g[i].len, g[i].content_length);
+			r = -EBADMSG;
+		}
+	}
+	free(g);
+	return r;
+}
+
+/* ---- one call, one client ---------------------------------------------------- */
+
+struct key_list {
+	char **keys;
+	uint64_t *sizes;
+	size_t n, cap;
+};
+
+static int key_list_page(void *ctx, const struct s3_list *page)
+{
+	struct key_list *kl = ctx;
+
+	for (size_t i = 0; i < page->n_objects; i++) {
+		if (kl->n == kl->cap) {
+			size_t cap = kl->cap ? 2 * kl->cap : 64;
+			char **nk = realloc(kl->keys, cap * sizeof(*nk));
+			uint64_t *ns = nk ? realloc(kl->sizes, cap * sizeof(*ns)) : NULL;
+
+			if (nk)
+				kl->keys = nk;
+			if (ns)
+				kl->sizes = ns;
+			if (!nk || !ns)
+				return -ENOMEM;
+			kl->cap = cap;
+		}
+		kl->keys[kl->n] = strdup(page->objects[i].key);
+		if (!kl->keys[kl->n])
+			return -ENOMEM;
+		kl->sizes[kl->n++] = page->objects[i].size;
+	}
+	return 0;
+}
+
 int s3_sync_list(const struct s3_config *cfg, const char *bucket, const char *prefix,
 		 char ***keys, uint64_t **sizes, size_t *n, char *err, size_t errlen)
 {
 	s3_client *c = NULL;
-	char *marker = NULL, **k = NULL;
-	uint64_t *sz = NULL;
-	size_t nk = 0, cap = 0;
-	int r = client_new(cfg, 1, &c, err, errlen);
+	struct key_list kl = { 0 };
+	struct s3_list_args a = { .prefix = prefix };
+	int r = s3_sync_client_new(cfg, 1, &c, err, errlen);
 
 	if (r < 0)
 		return r;
-	for (;;) {
-		struct one o = { 0 };
-		struct s3_list_args a = { .prefix = prefix, .marker = marker };
-		r = one_wait(c, s3_list_objects(c, bucket, &a, one_done, &o), &o, "listing", err,
-			     errlen);
-		free(marker);
-		marker = NULL;
-		for (size_t i = 0; r == 0 && i < o.list.n_objects; i++) {
-			if (nk == cap) {
-				cap = cap ? 2 * cap : 64;
-				char **nk2 = realloc(k, cap * sizeof(*k));
-				uint64_t *ns2 = nk2 ? realloc(sz, cap * sizeof(*sz)) : NULL;
-				if (nk2)
-					k = nk2;
-				if (ns2)
-					sz = ns2;
-				if (!nk2 || !ns2) {
-					r = -ENOMEM;
-					break;
-				}
-			}
-			k[nk] = o.list.objects[i].key;
-			o.list.objects[i].key = NULL;
-			sz[nk++] = o.list.objects[i].size;
-		}
-		bool more = r == 0 && o.truncated && o.next_marker;
-		if (more && !(marker = strdup(o.next_marker)))
-			r = -ENOMEM;
-		one_free(&o);
-		if (r < 0 || !more)
-			break;
-	}
+	r = s3_sync_list_each(c, bucket, &a, key_list_page, &kl, err, errlen);
 	s3_client_free(c);
 	if (r < 0) {
-		for (size_t i = 0; i < nk; i++)
-			free(k[i]);
-		free(k);
-		free(sz);
+		for (size_t i = 0; i < kl.n; i++)
+			free(kl.keys[i]);
+		free(kl.keys);
+		free(kl.sizes);
 		return r;
 	}
-	*keys = k;
-	*sizes = sz;
-	*n = nk;
+	*keys = kl.keys;
+	*sizes = kl.sizes;
+	*n = kl.n;
 	return 0;
 }
 
@@ -159,13 +329,12 @@ int s3_sync_get_small(const struct s3_config *cfg, const char *bucket, const cha
 {
 	s3_client *c = NULL;
 	struct one o = { 0 };
-	int r = client_new(cfg, 1, &c, err, errlen);
+	int r = s3_sync_client_new(cfg, 1, &c, err, errlen);
 
 	if (r < 0)
 		return r;
 	r = one_wait(c, s3_head_object(c, bucket, key, one_done, &o), &o, key, err, errlen);
 	uint64_t size = o.content_length;
-	one_free(&o);
 	if (r == 0 && size > max) {
 		snprintf(err, errlen, "s3://%s/%s: %" PRIu64 " bytes, more than %" PRIu64, bucket, key,
 			 size, max);
@@ -184,7 +353,6 @@ int s3_sync_get_small(const struct s3_config *cfg, const char *bucket, const cha
 				 key, o.content_length, size);
 			r = -EBADMSG;
 		}
-		one_free(&o);
 		if (r == 0) {
 			b[size] = '\0';
 			*buf = b;
@@ -238,7 +406,7 @@ int s3_sync_get_file(const struct s3_config *cfg, const char *bucket, const char
 {
 	s3_client *c = NULL;
 	struct one o = { 0 };
-	int r = client_new(cfg, parallel, &c, err, errlen);
+	int r = s3_sync_client_new(cfg, parallel, &c, err, errlen);
 
 	if (r < 0)
 		return r;
@@ -249,7 +417,6 @@ int s3_sync_get_file(const struct s3_config *cfg, const char *bucket, const char
 			 o.content_length, size);
 		r = -EBADMSG;
 	}
-	one_free(&o);
 	if (r < 0) {
 		s3_client_free(c);
 		return r;
@@ -360,20 +527,18 @@ int s3_sync_get_zshard(const struct s3_config *cfg, const char *bucket, const ch
 	struct zbatch *b = NULL;
 	size_t n = 0, nb = 0;
 	uint64_t raw_bytes = 0, size;
-	int r = client_new(cfg, parallel, &c, err, errlen);
+	int r = s3_sync_client_new(cfg, parallel, &c, err, errlen);
 
 	if (r < 0)
 		return r;
 	r = one_wait(c, s3_head_object(c, bucket, key, one_done, &o), &o, key, err, errlen);
 	size = o.content_length;
-	one_free(&o);
 	if (r == 0 && size < ZSHARD_TRAILER_BYTES)
 		r = -EBADMSG;
 	if (r == 0) {
 		struct s3_sink sink = { .buf = trailer, .fd = -1, .cap = sizeof(trailer) };
 		r = one_wait(c, s3_get_object(c, bucket, key, size - sizeof(trailer), sizeof(trailer),
 					      &sink, one_done, &o), &o, key, err, errlen);
-		one_free(&o);
 	}
 	if (r == 0)
 		r = zshard_trailer_decode(trailer, size, &n, &raw_bytes);
@@ -388,7 +553,6 @@ int s3_sync_get_zshard(const struct s3_config *cfg, const char *bucket, const ch
 			struct s3_sink sink = { .buf = table, .fd = -1, .cap = tb };
 			r = one_wait(c, s3_get_object(c, bucket, key, size - ZSHARD_TRAILER_BYTES - tb, tb,
 						      &sink, one_done, &o), &o, key, err, errlen);
-			one_free(&o);
 			memcpy(table + tb, trailer, ZSHARD_TRAILER_BYTES);
 		}
 	}

@@ -3,9 +3,9 @@
  * ckpt-inspect on S3: jobs, steps and manifests under s3://BUCKET/PREFIX
  * (proto/FORMAT.md "On S3"), their verification, and what the S3 tier
  * holds of a root's job (--s3). Every request goes through the S3 client
- * ckptd uses, driven by its blocking driver: one client on the main thread
- * for listings and small objects, one per verification thread (a client
- * belongs to one thread).
+ * ckptd uses, driven by its blocking helpers (s3.h, s3_sync_*): one client
+ * on the main thread for listings and small objects, one per verification
+ * thread (a client belongs to one thread).
  *
  * Verification streams each rank's shard through store_verify_rank_bytes,
  * the root's checks: a window of RANGES_PER_WINDOW ranged GETs of
@@ -24,7 +24,6 @@
 #include "zshard.h"
 #include "toolutil.h"
 
-#define WAIT_MS (30 * 60 * 1000)
 #define MANIFEST_MAX ((uint64_t)1 << 30)
 #define INDEX_MAX ((uint64_t)1 << 30)
 #define LATEST_MAX 64
@@ -42,160 +41,6 @@ struct inspect_s3 {
 	char url[1200];         /* s3://bucket[/prefix] */
 	s3_client *c;           /* the main thread's */
 };
-
-static int client_new(const struct s3_config *cfg, unsigned inflight,
-		      s3_client **c, char *why, size_t whylen)
-{
-	struct s3_client_options o = { .max_inflight = inflight };
-	char err[400] = "";
-	int r = s3_client_new(cfg, &o, NULL, c, err, sizeof(err));
-
-	if (r < 0)
-		snprintf(why, whylen, "S3 client: %s", err[0] ? err : strerror(-r));
-	return r;
-}
-
-/* ---- one operation at a time -------------------------------------------------- */
-
-typedef int (*page_fn)(void *ctx, const struct s3_list *page);
-
-struct op {
-	int err;
-	char error[600];
-	uint64_t content_length;
-	/* listings: each page goes to page(), while the result is valid */
-	page_fn page;
-	void *ctx;
-	bool truncated;
-	char *next_marker, *next_upload_id_marker;
-};
-
-static void op_done(const struct s3_result *res, void *arg)
-{
-	struct op *op = arg;
-
-	op->err = res->err;
-	snprintf(op->error, sizeof(op->error), "%s", res->error ? res->error : "");
-	op->content_length = res->content_length;
-	if (res->err || !res->list)
-		return;
-	if (op->page)
-		op->err = op->page(op->ctx, res->list);
-	op->truncated = res->list->truncated;
-	if (res->list->next_marker)
-		op->next_marker = strdup(res->list->next_marker);
-	if (res->list->next_upload_id_marker)
-		op->next_upload_id_marker = strdup(res->list->next_upload_id_marker);
-	if ((res->list->next_marker && !op->next_marker) ||
-	    (res->list->next_upload_id_marker && !op->next_upload_id_marker))
-		op->err = -ENOMEM;
-}
-
-static void op_clear(struct op *op)
-{
-	free(op->next_marker);
-	free(op->next_upload_id_marker);
-	op->next_marker = op->next_upload_id_marker = NULL;
-}
-
-/* Wait for the one operation submitted (r: what submitting returned). */
-static int op_wait(s3_client *c, int r, struct op *op, const char *what,
-		   char *why, size_t whylen)
-{
-	if (r == 0)
-		r = s3_client_wait(c, WAIT_MS);
-	if (r < 0) {
-		snprintf(why, whylen, "%s: %s", what, strerror(-r));
-		return r;
-	}
-	if (op->err)
-		snprintf(why, whylen, "%s", op->error[0] ? op->error : strerror(-op->err));
-	return op->err;
-}
-
-/* Every page of a listing of prefix (delimiter may be NULL). */
-static int list_pages(inspect_s3 *s, const char *prefix, const char *delimiter,
-		      unsigned max_keys, bool uploads, page_fn page, void *ctx,
-		      char *why, size_t whylen)
-{
-	char *marker = NULL, *upload_marker = NULL, what[KEY_MAX + 64];
-	int r;
-
-	snprintf(what, sizeof(what), "listing s3://%s/%s", s->bucket, prefix);
-	for (;;) {
-		struct op op = { .page = page, .ctx = ctx };
-		struct s3_list_args a = { .prefix = prefix, .delimiter = delimiter,
-					  .marker = marker,
-					  .upload_id_marker = upload_marker,
-					  .max_keys = max_keys };
-
-		r = uploads ? s3_list_multipart_uploads(s->c, s->bucket, &a, op_done, &op)
-			    : s3_list_objects(s->c, s->bucket, &a, op_done, &op);
-		r = op_wait(s->c, r, &op, what, why, whylen);
-		free(marker);
-		free(upload_marker);
-		marker = upload_marker = NULL;
-		/* max_keys: the caller wanted a look, not everything. */
-		bool more = r == 0 && op.truncated && op.next_marker && !max_keys;
-
-		if (more) {
-			marker = TAKE_PTR(op.next_marker);
-			upload_marker = TAKE_PTR(op.next_upload_id_marker);
-		}
-		op_clear(&op);
-		if (!more)
-			break;
-	}
-	return r;
-}
-
-/* GET a whole object of a known size into a new NUL-terminated buffer. */
-static int get_exact(s3_client *c, const char *bucket, const char *key,
-		     uint64_t size, char **buf, char *why, size_t whylen)
-{
-	struct op op = { 0 };
-	char what[KEY_MAX + 16];
-	char *b = malloc(size + 1);
-	int r;
-
-	if (!b)
-		return -ENOMEM;
-	struct s3_sink sink = { .buf = b, .fd = -1, .cap = size };
-
-	snprintf(what, sizeof(what), "s3://%s/%s", bucket, key);
-	r = op_wait(c, s3_get_object(c, bucket, key, 0, 0, &sink, op_done, &op), &op,
-		    what, why, whylen);
-	if (r == 0 && op.content_length != size) {
-		snprintf(why, whylen, "s3://%s/%s: %" PRIu64 " bytes, expected %" PRIu64,
-			 bucket, key, op.content_length, size);
-		r = -EBADMSG;
-	}
-	if (r < 0) {
-		free(b);
-		return r;
-	}
-	b[size] = '\0';
-	*buf = b;
-	return 0;
-}
-
-/* HEAD: the object's size. */
-static int head_size(s3_client *c, const char *bucket, const char *key,
-		     uint64_t *size, char *why, size_t whylen)
-{
-	struct op op = { 0 };
-	char what[KEY_MAX + 16];
-	int r;
-
-	snprintf(what, sizeof(what), "s3://%s/%s", bucket, key);
-	r = op_wait(c, s3_head_object(c, bucket, key, op_done, &op), &op, what, why,
-		    whylen);
-	if (r == 0)
-		*size = op.content_length;
-	else if (r == -ENOENT)
-		snprintf(why, whylen, "s3://%s/%s: no such object", bucket, key);
-	return r;
-}
 
 /* ---- names ---------------------------------------------------------------------- */
 
@@ -306,7 +151,7 @@ int inspect_s3_open(const char *url, const struct s3_settings *settings,
 		inspect_s3_close(s);
 		return r == -EINVAL ? -EIO : r;
 	}
-	r = client_new(&s->cfg, 8, &s->c, why, whylen);
+	r = s3_sync_client_new(&s->cfg, 8, &s->c, why, whylen);
 	if (r < 0) {
 		inspect_s3_close(s);
 		return r == -EINVAL ? -EIO : r;
@@ -476,10 +321,10 @@ static int decode_manifest(const char *url, const char *buf, size_t len,
 }
 
 struct manifest_get {
-	struct op op;
 	struct inspect_s3_step *st;
 	uint64_t size;
 	char *buf;
+	char key[KEY_MAX];
 };
 
 /* Read the committed steps' manifests, MANIFESTS_AT_ONCE in parallel. */
@@ -487,6 +332,7 @@ static int read_manifests(inspect_s3 *s, const char *jobkey,
 			  struct inspect_s3_job *j, char *why, size_t whylen)
 {
 	struct manifest_get g[MANIFESTS_AT_ONCE];
+	struct s3_sync_get get[MANIFESTS_AT_ONCE];
 	size_t i = 0;
 	int r = 0;
 
@@ -496,7 +342,6 @@ static int read_manifests(inspect_s3 *s, const char *jobkey,
 		memset(g, 0, sizeof(g));
 		for (; i < j->n && k < MANIFESTS_AT_ONCE && r == 0; i++) {
 			struct inspect_s3_step *st = &j->steps[i];
-			char key[KEY_MAX];
 
 			if (!st->committed)
 				continue;
@@ -513,33 +358,30 @@ static int read_manifests(inspect_s3 *s, const char *jobkey,
 				r = -ENOMEM;
 				break;
 			}
-			struct s3_sink sink = { .buf = g[k].buf, .fd = -1, .cap = g[k].size };
-
-			step_key(jobkey, st->step, CKPT_MANIFEST_NAME, key, sizeof(key));
-			r = s3_get_object(s->c, s->bucket, key, 0, 0, &sink, op_done, &g[k].op);
+			step_key(jobkey, st->step, CKPT_MANIFEST_NAME, g[k].key, sizeof(g[k].key));
+			get[k] = (struct s3_sync_get){
+				.key = g[k].key,
+				.sink = { .buf = g[k].buf, .fd = -1, .cap = g[k].size },
+			};
 			k++;
 		}
-		/* Wait even after a failed submit: what was accepted must end. */
-		int w = s3_client_wait(s->c, WAIT_MS);
-
-		if (r == 0 && w < 0)
-			r = w;
+		if (r == 0)
+			r = s3_sync_get_many(s->c, s->bucket, get, k, why, whylen);
 		if (r < 0)
 			snprintf(why, whylen, "reading manifests: %s", strerror(-r));
 		for (size_t x = 0; x < k; x++) {
 			struct inspect_s3_step *st = g[x].st;
 			struct ckpt_manifest m;
-			char url[KEY_MAX + 16], key[KEY_MAX];
+			char url[KEY_MAX + 16];
 
-			step_key(jobkey, st->step, CKPT_MANIFEST_NAME, key, sizeof(key));
-			snprintf(url, sizeof(url), "s3://%s/%s", s->bucket, key);
-			if (r == 0 && g[x].op.err == -ENOENT) {
+			snprintf(url, sizeof(url), "s3://%s/%s", s->bucket, g[x].key);
+			if (r == 0 && get[x].err == -ENOENT) {
 				/* Deleted since the listing (retention): no longer committed. */
 				st->committed = false;
-			} else if (r == 0 && g[x].op.err) {
-				r = g[x].op.err;
-				snprintf(why, whylen, "%s", g[x].op.error);
-			} else if (r == 0 && g[x].op.content_length != g[x].size) {
+			} else if (r == 0 && get[x].err) {
+				r = get[x].err;
+				snprintf(why, whylen, "%s", get[x].error);
+			} else if (r == 0 && get[x].content_length != g[x].size) {
 				st->damaged = true;
 				snprintf(st->error, sizeof(st->error), "%s: changed while read", url);
 			} else if (r == 0) {
@@ -573,12 +415,15 @@ static int scan_job_key(inspect_s3 *s, const char *jobkey, bool manifests,
 	snprintf(base, sizeof(base), "%s/", jobkey);
 	sc.base = base;
 	sc.baselen = strlen(base);
-	r = list_pages(s, base, NULL, 0, false, scan_objects_page, &sc, why, whylen);
+	r = s3_sync_list_each(s->c, s->bucket, &(struct s3_list_args){ .prefix = base },
+			      scan_objects_page, &sc, why, whylen);
 	if (r == 0) {
 		char up[KEY_MAX];
 
 		snprintf(up, sizeof(up), "%sstep-", base);
-		r = list_pages(s, up, NULL, 0, true, scan_uploads_page, &sc, why, whylen);
+		r = s3_sync_list_uploads_each(s->c, s->bucket,
+					      &(struct s3_list_args){ .prefix = up },
+					      scan_uploads_page, &sc, why, whylen);
 	}
 	if (r == 0 && out->n > 1)
 		qsort(out->steps, out->n, sizeof(*out->steps), cmp_step);
@@ -589,7 +434,7 @@ static int scan_job_key(inspect_s3 *s, const char *jobkey, bool manifests,
 
 		snprintf(key, sizeof(key), "%s%s", base, CKPT_LATEST_NAME);
 		/* A LATEST that went away or does not parse is no hint. */
-		if (get_exact(s->c, s->bucket, key, sc.latest_size, &buf, w, sizeof(w)) == 0)
+		if (s3_sync_get_exact(s->c, s->bucket, key, sc.latest_size, &buf, w, sizeof(w)) == 0)
 			out->have_latest = parse_latest(buf, (size_t)sc.latest_size,
 							&out->latest);
 		free(buf);
@@ -708,7 +553,9 @@ static int list_jobs(inspect_s3 *s, char ***jobs, size_t *n, bool *seen,
 
 	snprintf(pfx, sizeof(pfx), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
 	nm.prefixlen = strlen(pfx);
-	r = list_pages(s, pfx, "/", 0, false, names_page, &nm, why, whylen);
+	r = s3_sync_list_each(s->c, s->bucket,
+			      &(struct s3_list_args){ .prefix = pfx, .delimiter = "/" },
+			      names_page, &nm, why, whylen);
 	for (size_t i = 0; r == 0 && i < nm.n; i++) {
 		struct inspect_s3_job j;
 
@@ -756,7 +603,7 @@ static int read_manifest_bytes(inspect_s3 *s, const char *jobkey, uint64_t step,
 	int r;
 
 	step_key(jobkey, step, CKPT_MANIFEST_NAME, key, sizeof(key));
-	r = head_size(s->c, s->bucket, key, &size, err, errlen);
+	r = s3_sync_head(s->c, s->bucket, key, &size, err, errlen);
 	if (r == -ENOENT)
 		snprintf(err, errlen, "s3://%s/%s: missing: the step is not committed on S3",
 			 s->bucket, key);
@@ -766,7 +613,7 @@ static int read_manifest_bytes(inspect_s3 *s, const char *jobkey, uint64_t step,
 		r = -EFBIG;
 	}
 	if (r == 0)
-		r = get_exact(s->c, s->bucket, key, size, buf, err, errlen);
+		r = s3_sync_get_exact(s->c, s->bucket, key, size, buf, err, errlen);
 	if (r == 0)
 		*len = (size_t)size;
 	return r;
@@ -817,53 +664,12 @@ struct verify_worker {
 	size_t zcached;           /* the piece in zraw; SIZE_MAX: none */
 };
 
-struct range_get {
-	struct op op;
-	uint64_t offset;
-	size_t len;
-};
-
-/* Fetch object bytes [off, off + len) into buf, as ranged GETs in parallel. */
+/* Fetch object bytes [off, off + len) into buf, as ranged GETs in parallel;
+ * w->error says why not. */
 static int get_ranges(struct verify_worker *w, uint64_t off, size_t len, uint8_t *buf)
 {
-	struct range_get g[RANGES_PER_WINDOW];
-	size_t per = (len + RANGES_PER_WINDOW - 1) / RANGES_PER_WINDOW, k = 0;
-	int r = 0;
-
-	memset(g, 0, sizeof(g));
-	for (size_t pos = 0; pos < len && k < RANGES_PER_WINDOW; pos += per) {
-		size_t l = len - pos < per ? len - pos : per;
-		struct s3_sink sink = { .buf = buf + pos, .fd = -1, .cap = l };
-
-		g[k].offset = off + pos;
-		g[k].len = l;
-		r = s3_get_object(w->c, w->run->ss->s->bucket, w->key, off + pos, l, &sink,
-				  op_done, &g[k].op);
-		if (r < 0)
-			break;
-		k++;
-	}
-	int wr = s3_client_wait(w->c, WAIT_MS);
-
-	if (r == 0 && wr < 0)
-		r = wr;
-	if (r < 0) {
-		snprintf(w->error, sizeof(w->error), "%s", strerror(-r));
-		return r;
-	}
-	for (size_t i = 0; i < k; i++) {
-		if (g[i].op.err) {
-			snprintf(w->error, sizeof(w->error), "%s", g[i].op.error);
-			return g[i].op.err;
-		}
-		if (g[i].op.content_length != g[i].len) {
-			snprintf(w->error, sizeof(w->error),
-				 "a range of %zu bytes came back with %" PRIu64, g[i].len,
-				 g[i].op.content_length);
-			return -EBADMSG;
-		}
-	}
-	return 0;
+	return s3_sync_get_ranges(w->c, w->run->ss->s->bucket, w->key, off, len, buf,
+				  RANGES_PER_WINDOW, w->error, sizeof(w->error));
 }
 
 /* store_read_fn: one window as RANGES_PER_WINDOW ranged GETs at once. */
@@ -1048,13 +854,13 @@ static void verify_one(struct verify_worker *w, struct inspect_rank_check *c)
 
 	/* The index first, whole: it is small and says what to expect. */
 	step_key(ss->jobkey, m->step, iname, key, sizeof(key));
-	r = head_size(w->c, ss->s->bucket, key, &isize, why, sizeof(why));
+	r = s3_sync_head(w->c, ss->s->bucket, key, &isize, why, sizeof(why));
 	if (r == 0 && isize > INDEX_MAX) {
 		snprintf(why, sizeof(why), "%" PRIu64 " bytes, too big for an index", isize);
 		r = -EFBIG;
 	}
 	if (r == 0)
-		r = get_exact(w->c, ss->s->bucket, key, isize, &index, why, sizeof(why));
+		r = s3_sync_get_exact(w->c, ss->s->bucket, key, isize, &index, why, sizeof(why));
 	if (r < 0) {
 		rank_failed(w, c, iname, why, r);
 		return;
@@ -1071,7 +877,7 @@ static void verify_one(struct verify_worker *w, struct inspect_rank_check *c)
 
 	snprintf(oname, sizeof(oname), "%s%s", sname, z ? ZSHARD_SUFFIX : "");
 	step_key(ss->jobkey, m->step, oname, w->key, sizeof(w->key));
-	r = head_size(w->c, ss->s->bucket, w->key, &ssize, why, sizeof(why));
+	r = s3_sync_head(w->c, ss->s->bucket, w->key, &ssize, why, sizeof(why));
 	if (r == 0 && z)
 		r = zshard_open(w, ssize, &ssize, why, sizeof(why));
 	if (r < 0) {
@@ -1109,7 +915,8 @@ static void *verify_thread(void *arg)
 	struct verify_worker *w = arg;
 	struct verify_run *run = w->run;
 	char why[600] = "";
-	int r = client_new(&run->ss->s->cfg, RANGES_PER_WINDOW, &w->c, why, sizeof(why));
+	int r = s3_sync_client_new(&run->ss->s->cfg, RANGES_PER_WINDOW, &w->c, why,
+				    sizeof(why));
 
 	for (;;) {
 		size_t i;
@@ -1442,7 +1249,7 @@ static int steps_seen_page(void *ctx, const struct s3_list *page)
 		    parse_step_path(page->prefixes[i] + sp->len, &step, &rest) && !*rest)
 			sp->any = true;
 	}
-	return 0;
+	return 1;       /* one page: a look, not everything */
 }
 
 static int looks_like_job(inspect_s3 *s, const char *p, bool *yes, char *why,
@@ -1458,7 +1265,10 @@ static int looks_like_job(inspect_s3 *s, const char *p, bool *yes, char *why,
 	snprintf(base, sizeof(base), "%s/", p);
 	snprintf(pfx, sizeof(pfx), "%sstep-", base);
 	sp.len = strlen(base);
-	r = list_pages(s, pfx, "/", 10, false, steps_seen_page, &sp, why, whylen);
+	r = s3_sync_list_each(s->c, s->bucket,
+			      &(struct s3_list_args){ .prefix = pfx, .delimiter = "/",
+						      .max_keys = 10 },
+			      steps_seen_page, &sp, why, whylen);
 	*yes = sp.any;
 	return r;
 }

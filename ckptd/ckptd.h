@@ -19,6 +19,7 @@
 #include "config.h"
 #include "events.h"
 #include "log.h"
+#include "loop.h"
 #include "metrics.h"
 #include "proto.h"
 #include "store.h"
@@ -47,6 +48,7 @@ struct client {
 	struct daemon *d;
 	struct client *next;
 	int fd;
+	struct loop_source source; /* fd in the event loop (loop.h) */
 	uint64_t id;          /* connection number, for logs */
 	uint64_t generation;  /* d->generation at HELLO */
 	pid_t pid;

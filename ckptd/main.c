@@ -5,8 +5,8 @@
 
 #include "config.h"
 #include "log.h"
+#include "loop.h"
 #include "notify.h"
-#include "server.h"
 
 int main(int argc, char **argv)
 {
@@ -24,7 +24,7 @@ int main(int argc, char **argv)
 		break;
 	}
 	ckptd_log_level = cfg.log_level;
-	r = server_run(&cfg);
+	r = loop_run(&cfg);
 	if (r < 0)
 		notify_failed(r, "failed: %s (see the log)", strerror(-r));
 	config_free(&cfg);

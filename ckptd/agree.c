@@ -28,6 +28,9 @@
 
 #include "agree.h"
 #include "ckptd.h"
+#include "coord.h"
+#include "restore.h"
+#include "server.h"
 #include "peer.h"
 #include "peerwire.h"
 #include "s3.h"

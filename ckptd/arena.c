@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "arena.h"
+#include "memtier.h"
+#include "writer.h"
 
 #define ARENA_ROUND (2u << 20)
 

@@ -32,6 +32,9 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
+#include "server.h"
 #include "coord_internal.h"
 #include "peer.h"
 #include "peerwire.h"

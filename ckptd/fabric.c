@@ -28,6 +28,8 @@
 #include <string.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
 #include "peer.h"
 #include "peer_internal.h"
 #include "peerwire.h"

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "coord.h"
 #include "coord_internal.h"
 #include "jobs.h"
 #include "retention.h"

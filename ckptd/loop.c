@@ -27,6 +27,11 @@
 
 #include "agree.h"
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
+#include "memtier.h"
+#include "retention.h"
+#include "writer.h"
 #include "loop.h"
 #include "notify.h"
 #include "peer.h"

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "memtier.h"
+#include "writer.h"
 
 #define RETAIN_MAX_AGE_S 1800
 

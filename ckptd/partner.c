@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "server.h"
+#include "writer.h"
 #include "peer.h"
 #include "peer_internal.h"
 #include "peerwire.h"

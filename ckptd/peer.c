@@ -39,6 +39,8 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "server.h"
 #include "agree.h"
 #include "peer.h"
 #include "peer_internal.h"

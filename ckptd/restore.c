@@ -32,6 +32,11 @@
 
 #include "agree.h"
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
+#include "memtier.h"
+#include "restore.h"
+#include "server.h"
 #include "peer.h"
 #include "s3.h"
 #include "uploader.h"

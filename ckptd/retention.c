@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
 #include "coord_internal.h"
 #include "retention.h"
 #include "uploader.h"

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * retention.c: removal of step directories and root retention. Its calls
- * for the rest of ckptd (coord_trash_empty, coord_retention_recheck) are
- * declared in ckptd.h for now; these are for coord.c and jobs.c.
+ * retention.c: removal of step directories and root retention. The first
+ * two calls are for the rest of ckptd, the others for coord.c and jobs.c.
  */
 #ifndef CKPTD_RETENTION_H
 #define CKPTD_RETENTION_H
@@ -13,6 +12,12 @@
 struct daemon;
 struct job;
 struct step;
+
+/* Apply root retention to job `name` again (S3 confirmed steps of it), if
+ * this daemon has the job loaded; never takes a job over. */
+void coord_retention_recheck(struct daemon *d, const char *name);
+/* Delete what waits in the trash, in a worker. */
+void coord_trash_empty(struct daemon *d);
 
 /*
  * Take jobfd/name out of the job now: renamed into <root>/.trash (named

@@ -23,6 +23,12 @@
 
 #include "agree.h"
 #include "ckptd.h"
+#include "arena.h"
+#include "coord.h"
+#include "jobs.h"
+#include "memtier.h"
+#include "restore.h"
+#include "writer.h"
 #include "loop.h"
 #include "server.h"
 #include "s3.h"

@@ -23,6 +23,9 @@
 #include <openssl/evp.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "jobs.h"
+#include "retention.h"
 #include "events.h"
 #include "log.h"
 #include "metrics.h"

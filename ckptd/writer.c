@@ -17,6 +17,10 @@
 #include <unistd.h>
 
 #include "ckptd.h"
+#include "coord.h"
+#include "memtier.h"
+#include "server.h"
+#include "writer.h"
 #include "peer.h"
 
 enum io_op { IO_WRITE = 1, IO_FSYNC = 2 };

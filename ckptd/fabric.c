@@ -263,6 +263,13 @@ void xfer_register(struct peerlink *pl, struct xfer *x, bool send)
 	mr_desc(pl, send ? x->src_shard : x->dst_shard, x->shard_bytes, access, &x->mr_shard);
 }
 
+void xfer_start_receive(struct peerlink *pl, struct xfer *x)
+{
+	xfer_register(pl, x, false);
+	x->started = true;
+	xfer_pump(pl, x);
+}
+
 static void xfer_finish(struct peerlink *pl, struct xfer *x)
 {
 	struct peer_msg m;

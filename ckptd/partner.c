@@ -282,11 +282,7 @@ bool peer_copy_start(struct client *c, uint32_t slot, const struct step *st, uin
 		peer_msg_job(&m, x->job, x->step);
 		m.world_size = x->world_size;
 		m.rank = rank;
-		m.shard_bytes = v->shard_bytes;
-		m.blob_bytes = v->blob_bytes;
-		m.blob_crc32c = v->blob_crc32c;
-		m.index_bytes = v->index_bytes;
-		memcpy(m.index_sha256, v->index_sha256, 32);
+		peer_msg_shard(&m, v);
 		m.xfer = x->id;
 		m.piece_bytes = x->piece_bytes;
 		m.status = 1;
@@ -313,9 +309,7 @@ static void copy_in_ready(struct peerlink *pl, struct xfer *x)
 
 	x->dst_index = x->pe->mem;
 	x->dst_shard = x->pe->mem + x->index_bytes;
-	xfer_register(pl, x, false);
-	x->started = true;
-	xfer_pump(pl, x);
+	xfer_start_receive(pl, x);
 	peer_msg_init(&a, PEER_COPY_ACCEPT);
 	peer_msg_job(&a, x->job, x->step);
 	a.rank = x->rank;
@@ -624,9 +618,7 @@ void partner_on_fetch_have(struct peerlink *pl, uint32_t from, const struct peer
 	memcpy(x->sha, m->index_sha256, 32);
 	x->piece_bytes = m->piece_bytes;
 	x->npieces = pieces_of(x->shard_bytes, x->piece_bytes);
-	xfer_register(pl, x, false);
-	x->started = true;
-	xfer_pump(pl, x);
+	xfer_start_receive(pl, x);
 	peer_msg_init(&go, PEER_FETCH_GO);
 	peer_msg_job(&go, x->job, x->step);
 	go.rank = x->rank;

@@ -224,6 +224,15 @@ void peer_msg_job(struct peer_msg *m, const char *job, uint64_t step)
 	m->step = step;
 }
 
+void peer_msg_shard(struct peer_msg *m, const struct rank_vote *v)
+{
+	m->shard_bytes = v->shard_bytes;
+	m->blob_bytes = v->blob_bytes;
+	m->blob_crc32c = v->blob_crc32c;
+	m->index_bytes = v->index_bytes;
+	memcpy(m->index_sha256, v->index_sha256, 32);
+}
+
 void peer_send_hello(struct peerlink *pl, uint32_t node, bool ack)
 {
 	struct peer_msg m;
@@ -746,11 +755,7 @@ int peer_send_vote(struct daemon *d, const struct step *st, uint32_t rank,
 	peer_msg_job(&m, st->job->name, st->step);
 	m.world_size = st->world_size;
 	m.rank = rank;
-	m.shard_bytes = v->shard_bytes;
-	m.blob_bytes = v->blob_bytes;
-	m.blob_crc32c = v->blob_crc32c;
-	m.index_bytes = v->index_bytes;
-	memcpy(m.index_sha256, v->index_sha256, 32);
+	peer_msg_shard(&m, v);
 	if (!d->peer->nodes[0].up)
 		return -ENOTCONN;
 	return peer_send_msg(d->peer, 0, &m);

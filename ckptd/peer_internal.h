@@ -203,6 +203,8 @@ int peer_op_post(struct peerlink *pl, struct op *op);
 int peer_send_msg(struct peerlink *pl, uint32_t node, struct peer_msg *m);
 void peer_msg_init(struct peer_msg *m, enum peer_type type);
 void peer_msg_job(struct peer_msg *m, const char *job, uint64_t step);
+/* A rank's shard as a vote describes it: sizes, blob CRC, index digest. */
+void peer_msg_shard(struct peer_msg *m, const struct rank_vote *v);
 /* HELLO (or its answer, `ack`) to node. */
 void peer_send_hello(struct peerlink *pl, uint32_t node, bool ack);
 
@@ -222,6 +224,8 @@ void xfer_fail(struct xfer *x, int err, const char *fmt, ...)
 void xfer_pump(struct peerlink *pl, struct xfer *x);
 void xfer_register(struct peerlink *pl, struct xfer *x, bool send);
 void xfer_progress(struct peerlink *pl, struct xfer *x);
+/* The receiving side is ready: register its buffers, start pulling pieces. */
+void xfer_start_receive(struct peerlink *pl, struct xfer *x);
 
 /* partner.c: partner memory, copies, fetches. */
 void store_gauge(struct peerlink *pl);

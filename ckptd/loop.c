@@ -149,11 +149,11 @@ static int listen_open(struct daemon *d)
 
 static void reap_ring(struct daemon *d, struct loop_source *src, uint32_t events)
 {
-	uint64_t v;
+	eventfd_t v;
 	struct io_uring_cqe *cqe;
 
-	if (read(d->ring_efd, &v, sizeof(v)) < 0) {
-	}
+	/* EAGAIN: the counter was read already; the CQ is checked anyway. */
+	(void)eventfd_read(d->ring_efd, &v);
 	while (io_uring_peek_cqe(&d->ring, &cqe) == 0) {
 		struct io_uring_cqe copy = *cqe;
 		io_uring_cqe_seen(&d->ring, cqe);

@@ -264,8 +264,9 @@ static void refuse_connection(int fd, int code, const char *fmt, ...)
 	vsnprintf(m.u.error.message, sizeof(m.u.error.message), fmt, ap);
 	va_end(ap);
 	ssize_t n = ckpt_msg_encode(&m, buf, sizeof(buf));
-	if (n > 0 && send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-	}
+	/* Best effort: the connection is refused whether the peer reads it or not. */
+	if (n > 0)
+		(void)send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	close(fd);
 }
 

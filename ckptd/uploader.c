@@ -908,6 +908,8 @@ fail:
 		close(u->client_timer.fd);
 	if (u->retry_timer.fd >= 0)
 		close(u->retry_timer.fd);
+	sources_free(&u->socks);
+	sources_free(&u->dead);
 	free(u);
 	return r < 0 ? r : -EINVAL;
 }

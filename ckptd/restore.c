@@ -539,23 +539,27 @@ static void s3m_drop(struct restore *rs)
 
 /* Fetch one file of the step into stepfd: a temporary name, data synced,
  * renamed over the old one (a reader of the old file keeps its inode). */
-static int fetch_file(struct restore *rs, int stepfd, const char *dn, const char *name,
-		      uint64_t size, char *err, size_t errlen)
+static int fetch_file(struct restore *rs, int stepfd, uint64_t step, const char *dn,
+		      const char *name, uint64_t size, char *err, size_t errlen)
 {
-	char key[1200], tmp[48];
+	char key[1200], tmp[48], zname[48];
+	size_t nl = strlen(name);
+	bool z = rs->s3m && rs->s3m->s3_encoding[0] && nl > 6 && !strcmp(name + nl - 6, ".shard");
+	int r;
 
-	snprintf(key, sizeof(key), "%s/%s/%s", rs->s3.job_key, dn, name);
+	snprintf(zname, sizeof(zname), "%s%s", name, ZSHARD_SUFFIX);
+	r = ckpt_s3_step_key(key, sizeof(key), rs->s3.job_key, step, z ? zname : name);
+	if (r < 0) {
+		snprintf(err, errlen, "%s/%s/%s: no S3 key: %s", rs->job->name, dn, name, strerror(-r));
+		return r;
+	}
 	snprintf(tmp, sizeof(tmp), "%s.s3.tmp", name);
 	int fd = openat(stepfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0640);
 	if (fd < 0) {
 		snprintf(err, errlen, "%s/%s/%s: %s", rs->job->name, dn, tmp, strerror(errno));
 		return -errno;
 	}
-	size_t nl = strlen(name);
-	bool z = rs->s3m && rs->s3m->s3_encoding[0] && nl > 6 && !strcmp(name + nl - 6, ".shard");
-	if (z)
-		snprintf(key, sizeof(key), "%s/%s/%s%s", rs->s3.job_key, dn, name, ZSHARD_SUFFIX);
-	int r = z ? s3_sync_get_zshard(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen)
+	r = z ? s3_sync_get_zshard(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen)
 		  : s3_sync_get_file(rs->s3.cfg, rs->s3.bucket, key, size, fd, 4, NULL, NULL, err, errlen);
 	if (r == 0 && fdatasync(fd) < 0) {
 		r = -errno;
@@ -583,7 +587,12 @@ static int fetch_from_s3(struct restore *rs, uint64_t step, char *err, size_t er
 			 (unsigned long long)step);
 		return r;
 	}
-	snprintf(key, sizeof(key), "%s/%s/%s", rs->s3.job_key, dn, CKPT_MANIFEST_NAME);
+	r = ckpt_s3_step_key(key, sizeof(key), rs->s3.job_key, step, CKPT_MANIFEST_NAME);
+	if (r < 0) {
+		snprintf(err, errlen, "job %s: no S3 key for step %llu: %s", rs->job->name,
+			 (unsigned long long)step, strerror(-r));
+		return r;
+	}
 	s3m_drop(rs);
 	r = s3_sync_get_small(rs->s3.cfg, rs->s3.bucket, key, (uint64_t)1 << 30, &rs->s3m_json,
 			      &rs->s3m_len, err, errlen);
@@ -638,10 +647,10 @@ static int fetch_from_s3(struct restore *rs, uint64_t step, char *err, size_t er
 	}
 	const struct ckpt_manifest_rank *mr = &rs->s3m->ranks[rs->rank];
 	ckpt_index_filename(name, sizeof(name), rs->rank);
-	r = fetch_file(rs, stepfd, dn, name, mr->index_bytes, err, errlen);
+	r = fetch_file(rs, stepfd, step, dn, name, mr->index_bytes, err, errlen);
 	if (r == 0) {
 		ckpt_shard_filename(name, sizeof(name), rs->rank);
-		r = fetch_file(rs, stepfd, dn, name, mr->shard_bytes, err, errlen);
+		r = fetch_file(rs, stepfd, step, dn, name, mr->shard_bytes, err, errlen);
 	}
 	if (r == 0)
 		r = store_fsync_dir(stepfd);

@@ -73,6 +73,32 @@ int ckpt_step_dirname_parse(const char *name, uint64_t *step);
 #define CKPT_MANIFEST_NAME "MANIFEST.json"
 #define CKPT_LATEST_NAME "LATEST"
 
+/*
+ * S3 keys (FORMAT.md, "On S3"): the same names under a job key, which is
+ * "<prefix>/<job>", or "<job>" under an empty prefix. A prefix is "" or
+ * segments with no leading or trailing '/' (as s3_url_parse gives it); a
+ * job key is never "". The writers work like the names above: the key's
+ * length, or -ENAMETOOLONG (buf too small), -ERANGE (a step above
+ * CKPT_STEP_MAX), -EINVAL (a bad prefix, job key, job name, or a file name
+ * holding '/'), and on failure buf holds "" (cap > 0).
+ */
+int ckpt_s3_jobs_prefix(char *buf, size_t cap, const char *prefix);       /* "<prefix>/", or "" */
+int ckpt_s3_job_key(char *buf, size_t cap, const char *prefix, const char *job);
+int ckpt_s3_job_prefix(char *buf, size_t cap, const char *job_key);       /* "<job_key>/" */
+int ckpt_s3_latest_key(char *buf, size_t cap, const char *job_key);       /* "<job_key>/LATEST" */
+int ckpt_s3_steps_prefix(char *buf, size_t cap, const char *job_key);     /* "<job_key>/step-" */
+/* "<job_key>/step-<N>/<name>"; name NULL: "<job_key>/step-<N>/", the
+ * prefix of every object of the step. */
+int ckpt_s3_step_key(char *buf, size_t cap, const char *job_key, uint64_t step,
+		     const char *name);
+/* A key relative to a job key, "step-<10 digits>/<rest>": 0, *step and
+ * *rest (pointing into rel; may be "" or hold further '/'), or -EINVAL. */
+int ckpt_s3_step_path_parse(const char *rel, uint64_t *step, const char **rest);
+/* The same for a whole key, which must start with "<job_key>/": a key of
+ * another job, prefix or layout is -EINVAL. step and rest may be NULL. */
+int ckpt_s3_key_parse(const char *job_key, const char *key, uint64_t *step,
+		      const char **rest);
+
 /* Default socket path: $CKPT_SOCKET, else $XDG_RUNTIME_DIR/ckptd.sock for a
  * non-root user that has it, else /run/ckpt/ckptd.sock. */
 int ckpt_default_socket_path(char *buf, size_t cap);

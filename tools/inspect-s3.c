@@ -44,23 +44,21 @@ struct inspect_s3 {
 
 /* ---- names ---------------------------------------------------------------------- */
 
+/* The layout is proto's (ckpt_s3_*). A key that cannot be made (not a
+ * job name or step number, no room) is one every request refuses. */
+
 /* "PREFIX/JOB" or "JOB". */
 static void job_key(const inspect_s3 *s, const char *job, char *out, size_t cap)
 {
-	snprintf(out, cap, "%s%s%s", s->prefix, s->prefix[0] ? "/" : "", job);
+	if (ckpt_s3_job_key(out, cap, s->prefix, job) < 0)
+		snprintf(out, cap, "\n");
 }
 
 static void step_key(const char *jobkey, uint64_t step, const char *name,
 		     char *out, size_t cap)
 {
-	char dname[32];
-
-	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
-		/* Not a step number: a key every request refuses. */
+	if (ckpt_s3_step_key(out, cap, jobkey, step, name) < 0)
 		snprintf(out, cap, "\n");
-		return;
-	}
-	snprintf(out, cap, "%s/%s/%s", jobkey, dname, name);
 }
 
 /* "rank-000012.shard" (or a compressed ".shard.zst": kind 's') or
@@ -86,17 +84,7 @@ static bool parse_rank_file(const char *name, char *kind)
 /* "step-0000000042/REST" -> 42 and REST. */
 static bool parse_step_path(const char *rel, uint64_t *step, const char **rest)
 {
-	const char *slash = strchr(rel, '/');
-	char dname[32];
-
-	if (!slash || (size_t)(slash - rel) >= sizeof(dname))
-		return false;
-	memcpy(dname, rel, (size_t)(slash - rel));
-	dname[slash - rel] = '\0';
-	if (ckpt_step_dirname_parse(dname, step) < 0)
-		return false;
-	*rest = slash + 1;
-	return true;
+	return ckpt_s3_step_path_parse(rel, step, rest) == 0;
 }
 
 static bool job_name_ok(const char *name)
@@ -407,34 +395,34 @@ static int scan_job_key(inspect_s3 *s, const char *jobkey, bool manifests,
 			struct inspect_s3_job *out, size_t *objects, char *why,
 			size_t whylen)
 {
-	char base[KEY_MAX];
+	char base[KEY_MAX], up[KEY_MAX], latest[KEY_MAX];
 	struct scan sc = { .j = out };
 	int r;
 
 	memset(out, 0, sizeof(*out));
-	snprintf(base, sizeof(base), "%s/", jobkey);
+	if (ckpt_s3_job_prefix(base, sizeof(base), jobkey) < 0 ||
+	    ckpt_s3_steps_prefix(up, sizeof(up), jobkey) < 0 ||
+	    ckpt_s3_latest_key(latest, sizeof(latest), jobkey) < 0) {
+		snprintf(why, whylen, "s3://%s/%s: not a job's key", s->bucket, jobkey);
+		return -EINVAL;
+	}
 	sc.base = base;
 	sc.baselen = strlen(base);
 	r = s3_sync_list_each(s->c, s->bucket, &(struct s3_list_args){ .prefix = base },
 			      scan_objects_page, &sc, why, whylen);
-	if (r == 0) {
-		char up[KEY_MAX];
-
-		snprintf(up, sizeof(up), "%sstep-", base);
+	if (r == 0)
 		r = s3_sync_list_uploads_each(s->c, s->bucket,
 					      &(struct s3_list_args){ .prefix = up },
 					      scan_uploads_page, &sc, why, whylen);
-	}
 	if (r == 0 && out->n > 1)
 		qsort(out->steps, out->n, sizeof(*out->steps), cmp_step);
 	if (r == 0 && manifests)
 		r = read_manifests(s, jobkey, out, why, whylen);
 	if (r == 0 && sc.latest_object && sc.latest_size <= LATEST_MAX) {
-		char key[KEY_MAX], *buf = NULL, w[700];
+		char *buf = NULL, w[700];
 
-		snprintf(key, sizeof(key), "%s%s", base, CKPT_LATEST_NAME);
 		/* A LATEST that went away or does not parse is no hint. */
-		if (s3_sync_get_exact(s->c, s->bucket, key, sc.latest_size, &buf, w, sizeof(w)) == 0)
+		if (s3_sync_get_exact(s->c, s->bucket, latest, sc.latest_size, &buf, w, sizeof(w)) == 0)
 			out->have_latest = parse_latest(buf, (size_t)sc.latest_size,
 							&out->latest);
 		free(buf);
@@ -551,7 +539,11 @@ static int list_jobs(inspect_s3 *s, char ***jobs, size_t *n, bool *seen,
 	size_t keep = 0;
 	int r;
 
-	snprintf(pfx, sizeof(pfx), "%s%s", s->prefix, s->prefix[0] ? "/" : "");
+	r = ckpt_s3_jobs_prefix(pfx, sizeof(pfx), s->prefix);
+	if (r < 0) {
+		snprintf(why, whylen, "%s: %s", s->url, strerror(-r));
+		return r;
+	}
 	nm.prefixlen = strlen(pfx);
 	r = s3_sync_list_each(s->c, s->bucket,
 			      &(struct s3_list_args){ .prefix = pfx, .delimiter = "/" },
@@ -1260,10 +1252,10 @@ static int looks_like_job(inspect_s3 *s, const char *p, bool *yes, char *why,
 	int r;
 
 	*yes = false;
-	if (!*p || !job_name_ok(last_component(p)))
+	if (!*p || !job_name_ok(last_component(p)) ||
+	    ckpt_s3_job_prefix(base, sizeof(base), p) < 0 ||
+	    ckpt_s3_steps_prefix(pfx, sizeof(pfx), p) < 0)
 		return 0;
-	snprintf(base, sizeof(base), "%s/", p);
-	snprintf(pfx, sizeof(pfx), "%sstep-", base);
 	sp.len = strlen(base);
 	r = s3_sync_list_each(s->c, s->bucket,
 			      &(struct s3_list_args){ .prefix = pfx, .delimiter = "/",

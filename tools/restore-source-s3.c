@@ -41,14 +41,10 @@ struct s3_source_ctx {
 static void step_key(const struct s3_source_ctx *s, uint64_t step, const char *name,
 		     char *out, size_t cap)
 {
-	char dname[32];
-
-	if (ckpt_step_dirname(dname, sizeof(dname), step) < 0) {
-		/* Not a step number: a key every request refuses. */
+	if (ckpt_s3_step_key(out, cap, s->job_key, step, name) < 0) {
+		/* Not a step number, or no room: a key every request refuses. */
 		snprintf(out, cap, "\n");
-		return;
 	}
-	snprintf(out, cap, "%s/%s/%s", s->job_key, dname, name);
 }
 
 /* ---- the source ----------------------------------------------------------------- */

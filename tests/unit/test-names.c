@@ -126,6 +126,127 @@ int main(void)
 	CHECK_EQ(ckpt_step_dirname_parse("Step-0000000042", &step), -EINVAL);
 	CHECK_EQ(ckpt_step_dirname_parse("", &step), -EINVAL);
 
+	/* S3 keys (FORMAT.md, "On S3"). */
+	{
+		char key[1200], huge[1100];
+		const char *rest = NULL;
+
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "", "j"), 1);
+		CHECK(strcmp(key, "j") == 0);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "a/b", "llama"), 9);
+		CHECK(strcmp(key, "a/b/llama") == 0);
+		CHECK_EQ(ckpt_s3_jobs_prefix(key, sizeof(key), ""), 0);
+		CHECK(strcmp(key, "") == 0);
+		CHECK_EQ(ckpt_s3_jobs_prefix(key, sizeof(key), "a/b"), 4);
+		CHECK(strcmp(key, "a/b/") == 0);
+		CHECK_EQ(ckpt_s3_job_prefix(key, sizeof(key), "a/j"), 4);
+		CHECK(strcmp(key, "a/j/") == 0);
+		CHECK_EQ(ckpt_s3_latest_key(key, sizeof(key), "a/j"), 10);
+		CHECK(strcmp(key, "a/j/LATEST") == 0);
+		CHECK_EQ(ckpt_s3_steps_prefix(key, sizeof(key), "a/j"), 9);
+		CHECK(strcmp(key, "a/j/step-") == 0);
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "a/j", 42, CKPT_MANIFEST_NAME), 33);
+		CHECK(strcmp(key, "a/j/step-0000000042/MANIFEST.json") == 0);
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", 7, NULL), 18);
+		CHECK(strcmp(key, "j/step-0000000007/") == 0);
+
+		/* Hostile job names and prefixes: nothing climbs out of the
+		 * prefix or into another job's keys. */
+		strcpy(key, "stale");
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p", "../x"), -EINVAL);
+		CHECK_EQ(key[0], '\0');
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p", "a/b"), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p", ""), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p", "nl\n"), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p", NULL), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "/p", "j"), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), "p/", "j"), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), NULL, "j"), -EINVAL);
+		CHECK_EQ(ckpt_s3_jobs_prefix(key, sizeof(key), "p/"), -EINVAL);
+		CHECK_EQ(ckpt_s3_job_prefix(key, sizeof(key), ""), -EINVAL);
+		CHECK_EQ(ckpt_s3_latest_key(key, sizeof(key), NULL), -EINVAL);
+		CHECK_EQ(ckpt_s3_steps_prefix(key, sizeof(key), "j/"), -EINVAL);
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "", 1, "x"), -EINVAL);
+		strcpy(key, "stale");
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", 1, "a/b"), -EINVAL);
+		CHECK_EQ(key[0], '\0');
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", 1, ".."), -EINVAL);
+
+		/* Bad step numbers are never formatted. */
+		strcpy(key, "stale");
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", 10000000000ull, "x"), -ERANGE);
+		CHECK_EQ(key[0], '\0');
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", UINT64_MAX, NULL), -ERANGE);
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), "j", 9999999999ull, "x"), 19);
+		CHECK(strcmp(key, "j/step-9999999999/x") == 0);
+
+		/* Too long for the buffer: refused whole, never cut. */
+		memset(huge, 'p', sizeof(huge) - 1);
+		huge[sizeof(huge) - 1] = '\0';
+		strcpy(key, "stale");
+		CHECK_EQ(ckpt_s3_job_key(key, 1100, huge, "j"), -ENAMETOOLONG);
+		CHECK_EQ(key[0], '\0');
+		CHECK_EQ(ckpt_s3_job_key(key, sizeof(key), huge, "j"), 1101);
+		CHECK_EQ(ckpt_s3_step_key(key, sizeof(key), huge, 1, "x"), 1117);
+		CHECK_EQ(ckpt_s3_step_key(key, 1117, huge, 1, "x"), -ENAMETOOLONG);
+		CHECK_EQ(key[0], '\0');
+		CHECK_EQ(ckpt_s3_step_key(key, 5, "a/j", 42, NULL), -ENAMETOOLONG);
+		CHECK_EQ(ckpt_s3_latest_key(key, 10, "a/j"), -ENAMETOOLONG);
+		CHECK_EQ(ckpt_s3_latest_key(key, 11, "a/j"), 10);
+		CHECK_EQ(ckpt_s3_steps_prefix(key, 9, "a/j"), -ENAMETOOLONG);
+		CHECK_EQ(ckpt_s3_job_prefix(key, 4, "a/j"), -ENAMETOOLONG);
+		CHECK_EQ(ckpt_s3_jobs_prefix(key, 4, "a/b"), -ENAMETOOLONG);
+		CHECK_EQ(ckpt_s3_job_key(key, 0, "a", "j"), -ENAMETOOLONG);
+
+		/* The parser takes back what the writer makes... */
+		step = 0;
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-0000000042/MANIFEST.json", &step, &rest), 0);
+		CHECK_EQ(step, 42);
+		CHECK(strcmp(rest, "MANIFEST.json") == 0);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-0000000000/", &step, &rest), 0);
+		CHECK_EQ(step, 0);
+		CHECK(strcmp(rest, "") == 0);
+		CHECK_EQ(ckpt_s3_key_parse("j", "j/step-9999999999/x/y", &step, &rest), 0);
+		CHECK_EQ(step, 9999999999ull);
+		CHECK(strcmp(rest, "x/y") == 0);
+		CHECK_EQ(ckpt_s3_key_parse("j", "j/step-0000000003/x", NULL, NULL), 0);
+		CHECK_EQ(ckpt_s3_step_path_parse("step-0000000005/rank-000000.shard", &step, &rest), 0);
+		CHECK_EQ(step, 5);
+		CHECK(strcmp(rest, "rank-000000.shard") == 0);
+		/* ...and nothing else: foreign keys leave step and rest alone. */
+		step = 77;
+		rest = NULL;
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/jj/step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/LATEST", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "b/j/step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "x/a/j/step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-0000000042", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-42/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-00000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-000000004x/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step--000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/Step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j/step-0000000042.tmp/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "a/j//step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", "", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("a/j", NULL, &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse("", "/step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_key_parse(NULL, "j/step-0000000042/x", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_step_path_parse(NULL, &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_step_path_parse("step-0000000042", &step, &rest), -EINVAL);
+		CHECK_EQ(ckpt_s3_step_path_parse("/step-0000000042/x", &step, &rest), -EINVAL);
+		/* A directory name far past any step's length. */
+		memset(huge, '9', sizeof(huge) - 1);
+		memcpy(huge, "step-", 5);
+		huge[sizeof(huge) - 3] = '/';
+		huge[sizeof(huge) - 2] = 'x';
+		CHECK_EQ(ckpt_s3_step_path_parse(huge, &step, &rest), -EINVAL);
+		CHECK_EQ(step, 77);
+		CHECK(rest == NULL);
+	}
+
 	setenv("CKPT_SOCKET", "/tmp/x/ckptd.sock", 1);
 	CHECK(ckpt_default_socket_path(buf, sizeof(buf)) > 0);
 	CHECK(strcmp(buf, "/tmp/x/ckptd.sock") == 0);

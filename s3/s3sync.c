@@ -624,25 +624,23 @@ int s3_sync_list_steps(const struct s3_config *cfg, const char *bucket, const ch
 	char prefix[S3_KEY_MAX + 16], **keys = NULL;
 	uint64_t *sizes = NULL;
 	size_t nk = 0, ns = 0;
+	int r = ckpt_s3_steps_prefix(prefix, sizeof(prefix), job_key);
 
-	snprintf(prefix, sizeof(prefix), "%s/", job_key);
-	size_t plen = strlen(prefix);
-	snprintf(prefix + plen, sizeof(prefix) - plen, "step-");
-	int r = s3_sync_list(cfg, bucket, prefix, &keys, &sizes, &nk, err, errlen);
+	if (r < 0) {
+		snprintf(err, errlen, "'%s' is not a job's key", job_key);
+		return r;
+	}
+	r = s3_sync_list(cfg, bucket, prefix, &keys, &sizes, &nk, err, errlen);
 	if (r < 0)
 		return r;
 	uint64_t *v = calloc(nk ? nk : 1, sizeof(*v));
 	for (size_t i = 0; i < nk; i++) {
-		const char *k = keys[i] + plen, *slash = strchr(k, '/');
-		char dn[32];
+		const char *rest;
 		uint64_t s;
-		if (v && slash && (size_t)(slash - k) < sizeof(dn) &&
-		    !strcmp(slash + 1, "MANIFEST.json")) {
-			memcpy(dn, k, (size_t)(slash - k));
-			dn[slash - k] = '\0';
-			if (ckpt_step_dirname_parse(dn, &s) == 0)
-				v[ns++] = s;
-		}
+
+		if (v && ckpt_s3_key_parse(job_key, keys[i], &s, &rest) == 0 &&
+		    strcmp(rest, CKPT_MANIFEST_NAME) == 0)
+			v[ns++] = s;
 		free(keys[i]);
 	}
 	free(keys);

@@ -15,6 +15,9 @@
  * A job is recovered (its step directories without a manifest removed)
  * when this daemon takes it over: see jobs.c.
  *
+ * One concept, just over 1,000 lines: a step's way from the first vote to
+ * its outcome, on one node or through the group's leader.
+ *
  * Here: a job's committed steps, its open steps, the commit, and the peer
  * link's messages about them. Not here: the job records, their ownership
  * and takeover (jobs.c), the removal of step directories and root

@@ -81,7 +81,8 @@ def main():
                               f"{', '.join(d + '/' for d in ALLOWED[folder]) or 'itself'}")
             if folder == "ckptd" and path.endswith(".c"):
                 lines = text.count("\n")
-                if lines > LONG_LINES and "One concept" not in opening_comment(text):
+                comment = re.sub(r"[\s*]+", " ", opening_comment(text)).lower()
+                if lines > LONG_LINES and "one concept" not in comment:
                     errors.append(f"{rel}: {lines} lines, over {LONG_LINES}, and its "
                                   "opening comment does not say which one concept it is "
                                   "(\"One concept: ...\")")

@@ -371,7 +371,7 @@ static int check_from_memory(struct restore *rs, uint64_t step, const struct ckp
 
 /*
  * The memory tiers, before the root: this node's own memory (the arena a
- * departed rank left, retain.c), then its partner nodes' memory (peer.c).
+ * departed rank left, memtier.c), then its partner nodes' memory (partner.c).
  * Returns 1 when the slot holds a verified shard (idx filled, rs->tier
  * set), 0 when neither has it or it does not verify (the root is next).
  */

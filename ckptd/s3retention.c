@@ -6,7 +6,7 @@
  * that removes a step, MANIFEST.json first so it stops being committed,
  * then everything listed under it. What the policy keeps is decided in
  * uploader.c (superseded, policy_keeps); the root's own retention is
- * retain.c's.
+ * retention.c's (memtier.c keeps departed ranks' memory, a restore tier).
  */
 #include <errno.h>
 #include <inttypes.h>

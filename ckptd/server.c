@@ -459,7 +459,7 @@ static void populate_done(void *arg)
 static void hello_continue(struct client *c, struct job *job, const struct ckpt_msg_hello *h,
 			   uint32_t seq);
 
-/* A HELLO waiting for its job's takeover (coord.c, job_open). */
+/* A HELLO waiting for its job's takeover (jobs.c, job_open). */
 struct hello_wait {
 	struct client *c;
 	uint32_t seq;

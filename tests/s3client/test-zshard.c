@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Compressed shard objects (ckptd/zshard.c, FORMAT.md "Compressed shard
+ * Compressed shard objects (proto/zshard.c, FORMAT.md "Compressed shard
  * objects"): the piece plan follows tensors and shuffles floats only; a
  * shard goes through compression, footer and back byte for byte; float
  * data shrinks more shuffled than not; damaged or forged trailers, tables

@@ -110,6 +110,10 @@ struct trainer {
 	struct gpu *gpu;
 };
 
+/* Bytes a rank asks ckptd for beyond its tensors and blob (max_save_bytes):
+ * room for the extents' alignment padding. Part of --describe-model. */
+#define SAVE_RESERVE_BYTES (4 * 4096)
+
 /* First and longest wait between save attempts while ckptd is unreachable. */
 #define BACKOFF_FIRST_S 1.0
 #define BACKOFF_MAX_S 30.0
@@ -189,7 +193,9 @@ static void usage(FILE *f)
 "  retried after 1 s, doubling up to 30 s; training never waits for ckptd.\n"
 "Testing:\n"
 "  --step-sleep-ms N  sleep N ms after every step (0)\n"
-"  --dump PATH      write the final state; %%r in PATH is the rank, else .RANK is appended\n");
+"  --dump PATH      write the final state; %%r in PATH is the rank, else .RANK is appended\n"
+"  --describe-model print what a checkpoint of this model holds (JSON, for\n"
+"                   ckpt-plan --model-file) and exit\n");
 }
 
 static uint64_t parse_u64(const char *name, const char *s, uint64_t min, uint64_t max)
@@ -212,12 +218,36 @@ static double parse_f(const char *name, const char *s, double min, double max)
 	return v;
 }
 
+/*
+ * What a checkpoint of this model holds, for planners (ckpt-plan
+ * --model-file): rank r of W saves elements [n_params*r/W,
+ * n_params*(r+1)/W) of each tensor (a 1-D slice, setup() below), then the
+ * blob; it asks ckptd for that plus save_reserve_bytes per save
+ * (ck_connect). Independent of the world size, so no MPI is needed for it.
+ */
+static void describe_model(const struct model_config *m)
+{
+	struct model_layout lay;
+	if (model_layout(m, &lay) < 0)
+		die("model sizes out of range");
+	printf("{\n \"format\": \"ckpt-train-model\",\n \"version\": 1,\n"
+	       " \"model\": \"mlp\",\n \"ctx\": %u,\n \"embd\": %u,\n \"hidden\": %u,\n"
+	       " \"layers\": %u,\n \"n_params\": %zu,\n \"sharding\": \"contiguous\",\n"
+	       " \"tensors\": [\n  {\"name\": \"master\", \"dtype\": \"f32\"},\n"
+	       "  {\"name\": \"adam_m\", \"dtype\": \"f32\"},\n"
+	       "  {\"name\": \"adam_v\", \"dtype\": \"f32\"}\n ],\n"
+	       " \"blob_bytes\": %zu,\n \"save_reserve_bytes\": %d\n}\n",
+	       m->ctx, m->embd, m->hidden, m->layers, lay.n_params, sizeof(struct train_blob),
+	       SAVE_RESERVE_BYTES);
+	fflush(stdout);
+}
+
 static void parse_args(int argc, char **argv, struct options *o)
 {
 	enum { O_CTX = 256, O_EMBD, O_HIDDEN, O_LAYERS, O_BATCH, O_SEQ, O_STEPS, O_LR,
 	       O_WARMUP, O_MINLR, O_WD, O_CLIP, O_SEED, O_LOG, O_MODE, O_EVERY, O_SOCKET,
 	       O_JOB, O_SYNCDIR, O_RESUME, O_NORESUME, O_DUMP, O_DATA, O_MANDIR, O_CACHE,
-	       O_WAIT, O_SLEEP, O_DEVICE, O_HELP };
+	       O_WAIT, O_SLEEP, O_DEVICE, O_DESCRIBE, O_HELP };
 	static const struct option lo[] = {
 		{"ctx", 1, 0, O_CTX}, {"embd", 1, 0, O_EMBD}, {"hidden", 1, 0, O_HIDDEN},
 		{"layers", 1, 0, O_LAYERS}, {"batch", 1, 0, O_BATCH}, {"seq", 1, 0, O_SEQ},
@@ -229,7 +259,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		{"no-resume", 0, 0, O_NORESUME}, {"dump", 1, 0, O_DUMP}, {"data", 1, 0, O_DATA},
 		{"man-dir", 1, 0, O_MANDIR}, {"corpus-cache", 1, 0, O_CACHE},
 		{"wait-ms", 1, 0, O_WAIT}, {"step-sleep-ms", 1, 0, O_SLEEP},
-		{"device", 1, 0, O_DEVICE},
+		{"device", 1, 0, O_DEVICE}, {"describe-model", 0, 0, O_DESCRIBE},
 		{"help", 0, 0, O_HELP}, {0, 0, 0, 0},
 	};
 	*o = (struct options){
@@ -239,7 +269,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		.log_every = 10, .mode = MODE_ASYNC, .job = "ckpt-train", .man_dir = "/usr/share/man/ja",
 		.resume = 1, .wait_ms = 30000,
 	};
-	int c;
+	int c, describe = 0;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case O_CTX: o->model.ctx = (uint32_t)parse_u64("ctx", optarg, 1, 4096); break;
@@ -286,6 +316,7 @@ static void parse_args(int argc, char **argv, struct options *o)
 		case O_CACHE: o->cache = optarg; break;
 		case O_WAIT: o->wait_ms = parse_u64("wait-ms", optarg, 0, 86400000); break;
 		case O_SLEEP: o->step_sleep_ms = parse_u64("step-sleep-ms", optarg, 0, 60000); break;
+		case O_DESCRIBE: describe = 1; break;
 		case 'h':
 		case O_HELP:
 			if (g_rank == 0)
@@ -301,6 +332,12 @@ static void parse_args(int argc, char **argv, struct options *o)
 	}
 	if (optind < argc)
 		die("unexpected argument '%s'", argv[optind]);
+	if (describe) {
+		if (g_rank == 0)
+			describe_model(&o->model);
+		MPI_Finalize();
+		exit(0);
+	}
 	if (o->mode == MODE_SYNC && o->ckpt_every && !o->sync_dir)
 		die("--ckpt-mode sync needs --sync-dir");
 }
@@ -532,7 +569,8 @@ static int ck_connect(struct trainer *t, uint32_t timeout_ms)
 		.rank = (uint32_t)t->rank,
 		.world_size = (uint32_t)t->world,
 		.local_rank = (uint32_t)t->rank,
-		.max_save_bytes = 3 * (uint64_t)t->len * sizeof(float) + sizeof(struct train_blob) + 4 * 4096,
+		.max_save_bytes = 3 * (uint64_t)t->len * sizeof(float) + sizeof(struct train_blob) +
+				  SAVE_RESERVE_BYTES,
 		.connect_timeout_ms = timeout_ms,
 	};
 	char why[256] = "";

@@ -441,16 +441,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 	o->mc = machine_presets[i];
 	if (gpn)
 		o->mc.gpus_per_node = gpn;
-#define OVER(f) if (over.f) o->mc.f = over.f
-	OVER(hbm_bytes);
-	OVER(host_bytes);
+	if (over.hbm_bytes)
+		o->mc.hbm_bytes = over.hbm_bytes;
+	if (over.host_bytes)
+		o->mc.host_bytes = over.host_bytes;
 	if (over.d2h_bw) o->mc.d2h_bw = over.d2h_bw * GB;
 	if (over.host_copy_bw) o->mc.host_copy_bw = over.host_copy_bw * GB;
 	if (over.fs_write_bw) o->mc.fs_write_bw = over.fs_write_bw * GB;
 	if (over.fs_read_bw) o->mc.fs_read_bw = over.fs_read_bw * GB;
 	if (over.s3_bw) o->mc.s3_bw = over.s3_bw * GB;
 	if (over.net_bw) o->mc.net_bw = over.net_bw * GB;
-#undef OVER
 	if (mtbf_h >= 0)
 		o->mc.mtbf_node_s = mtbf_h * 3600.0;
 	if (restart >= 0)

@@ -505,8 +505,8 @@ static int parse_args(int argc, char **argv, struct opts *o)
 		o->layout = (struct plan_layout){ .tp = 1, .pp = 1, .cp = 1, .dp = o->world };
 		return -1;
 	}
-	if (o->ranks) {
-		errmsg("--ranks lists the ranks of a --model-file model");
+	if (o->ranks || o->world) {
+		errmsg("--ranks and --world go with --model-file");
 		return EXIT_USAGE;
 	}
 

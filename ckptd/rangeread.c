@@ -194,7 +194,7 @@ static int read_extent(struct rank_files *rf, uint32_t ext, const char *what, ui
 
 		r = pread_full(rf->fd, buf, clen, base + cstart);
 		if (r < 0) {
-			snprintf(err, errlen, "reading %s (bytes %llu..%llu, %s): %s", rf->shard,
+			snprintf(err, errlen, "reading %s (file bytes [%llu, %llu), %s): %s", rf->shard,
 				 (unsigned long long)(base + cstart),
 				 (unsigned long long)(base + cstart + clen), what,
 				 r == -ENODATA ? "the file ends first" : strerror(-r));
@@ -203,7 +203,7 @@ static int read_extent(struct rank_files *rf, uint32_t ext, const char *what, ui
 		crc = ckpt_crc32c(0, buf, clen);
 		if (k >= rf->idx.chunk_count || crc != rf->idx.chunk_crc[k]) {
 			snprintf(err, errlen,
-				 "%s: chunk %llu (bytes %llu..%llu, %s) fails its CRC-32C: "
+				 "%s: chunk %llu (file bytes [%llu, %llu), %s) fails its CRC-32C: "
 				 "the index says %08x, the file has %08x", rf->shard,
 				 (unsigned long long)k, (unsigned long long)(base + cstart),
 				 (unsigned long long)(base + cstart + clen), what,

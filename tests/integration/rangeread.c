@@ -11,6 +11,9 @@
  *              reads slices of every rank's tensors and blobs of step 10
  *              and 20 and compares them byte for byte, including reads
  *              longer than its slot; then the bad cases.
+ *   --old-daemon: against a stand-in for an older ckptd (this process
+ *              serves the socket; its features notice lacks "read_ranges"):
+ *              -EOPNOTSUPP and a reason saying ckptd is too old.
  *   --corrupt: after rangeread.sh flipped a byte at offset 100 of step 10's
  *              rank-000002.shard (chunk 0 of rank 2's first tensor): reads
  *              of that chunk fail with -CKPT_E_CORRUPT naming the file,
@@ -29,8 +32,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <fcntl.h>
 
 #include "ckpt.h"
+#include "proto.h"
 
 #define WORLD 3
 #define NT 4          /* tensors per rank; tensor NT-1 has a rank-specific name */
@@ -444,6 +453,111 @@ static int do_corrupt(void)
 	return 0;
 }
 
+static int old_send(int fd, const struct ckpt_msg *m, int pass_fd)
+{
+	uint8_t out[CKPT_MSG_MAX_BYTES];
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	ssize_t n = ckpt_msg_encode(m, out, sizeof(out));
+	struct iovec iov = { .iov_base = out, .iov_len = n > 0 ? (size_t)n : 0 };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	if (n < 0)
+		return (int)n;
+	if (pass_fd >= 0) {
+		struct cmsghdr *cm;
+
+		memset(cbuf, 0, sizeof(cbuf));
+		mh.msg_control = cbuf;
+		mh.msg_controllen = sizeof(cbuf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &pass_fd, sizeof(int));
+	}
+	return sendmsg(fd, &mh, MSG_NOSIGNAL) == n ? 0 : -errno;
+}
+
+/* An older ckptd, as far as one client sees it: HELLO_OK, a notice
+ * without "read_ranges", STATUS for every QUERY, until BYE or hang-up. */
+static void *old_daemon(void *arg)
+{
+	int lfd = *(int *)arg, fd, memfd;
+	uint8_t in[CKPT_MSG_MAX_BYTES];
+	struct ckpt_msg m;
+	ssize_t n;
+
+	fd = accept(lfd, NULL, NULL);
+	if (fd < 0)
+		return NULL;
+	n = recv(fd, in, sizeof(in), 0);
+	if (n <= 0 || ckpt_msg_decode(in, (size_t)n, &m) < 0 || m.type != CKPT_MSG_HELLO)
+		goto out;
+	memfd = memfd_create("old-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (memfd < 0 || ftruncate(memfd, 2u << 20) < 0 ||
+	    fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		goto out;
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_HELLO_OK;
+	m.seq = 1;
+	m.u.hello_ok = (struct ckpt_msg_hello_ok){ .slots = 1, .slot_bytes = 2u << 20,
+		.arena_bytes = 2u << 20, .chunk_bytes = 1u << 20, .latest_step = CKPT_NO_STEP };
+	if (old_send(fd, &m, memfd) < 0)
+		goto out;
+	close(memfd);
+	ckpt_msg_features_notice(&m, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE);
+	old_send(fd, &m, -1);
+	while ((n = recv(fd, in, sizeof(in), 0)) > 0) {
+		uint32_t seq;
+
+		if (ckpt_msg_decode(in, (size_t)n, &m) < 0 || m.type == CKPT_MSG_BYE)
+			break;
+		CHECK(m.type == CKPT_MSG_QUERY, "the client sent %s to a ckptd that does not take it",
+		      ckpt_msg_type_name(m.type));
+		seq = m.seq;
+		memset(&m, 0, sizeof(m));
+		m.type = CKPT_MSG_STATUS;
+		m.seq = seq;
+		m.u.status.slot_freed = CKPT_NO_SLOT;
+		old_send(fd, &m, -1);
+	}
+out:
+	close(fd);
+	return NULL;
+}
+
+static int do_old_daemon(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	uint8_t byte;
+	ckpt_read rd = { .rank = 0, .tensor = "w", .length = 1, .dst = &byte };
+	char why[256];
+	pthread_t th;
+	ckpt_ctx *ctx;
+	int r;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock_path);
+	unlink(sock_path);
+	if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(lfd, 1) < 0) {
+		perror("old daemon socket");
+		return -1;
+	}
+	pthread_create(&th, NULL, old_daemon, &lfd);
+	ctx = connect_rank(0, 1, 4096);
+	r = ckpt_read_ranges(ctx, 10, &rd, 1);
+	ckpt_read_error(ctx, why, sizeof(why));
+	printf("older ckptd: %s; reason: %s\n", ckpt_strerror(r), why);
+	CHECK(r == -EOPNOTSUPP && rd.result == -EOPNOTSUPP, "against an older ckptd: %s",
+	      ckpt_strerror(r));
+	CHECK(strstr(why, "ckptd too old"), "the reason does not say ckptd is too old: \"%s\"", why);
+	ckpt_close(ctx);
+	pthread_join(th, NULL);
+	close(lfd);
+	unlink(sock_path);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -452,6 +566,7 @@ int main(int argc, char **argv)
 		{ "save", no_argument, NULL, 'S' },
 		{ "read", no_argument, NULL, 'R' },
 		{ "corrupt", no_argument, NULL, 'C' },
+		{ "old-daemon", no_argument, NULL, 'O' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int mode = 0, c;
@@ -460,12 +575,12 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 's': sock_path = optarg; break;
 		case 'j': job = optarg; break;
-		case 'S': case 'R': case 'C': mode = c; break;
+		case 'S': case 'R': case 'C': case 'O': mode = c; break;
 		default: return 2;
 		}
 	}
 	if (!sock_path || !mode) {
-		fprintf(stderr, "usage: %s --socket PATH [--job NAME] --save|--read|--corrupt\n",
+		fprintf(stderr, "usage: %s --socket PATH [--job NAME] --save|--read|--corrupt|--old-daemon\n",
 			argv[0]);
 		return 2;
 	}
@@ -473,6 +588,8 @@ int main(int argc, char **argv)
 		do_save();
 	else if (mode == 'R')
 		do_read();
+	else if (mode == 'O')
+		do_old_daemon();
 	else
 		do_corrupt();
 	if (failures)

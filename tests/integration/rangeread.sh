@@ -34,4 +34,8 @@ timeout 90 "$CKPT_TEST_RANGEREAD" --socket "$(sock d)" --corrupt >"$T/corrupt.lo
 grep_log ckptd-d "rangeread.*rank-000002.shard" || fail "ckptd did not log the damaged chunk"
 
 ckptd_stop d
+
+log "an older ckptd (no \"read_ranges\" feature): a clear error"
+timeout 30 "$CKPT_TEST_RANGEREAD" --socket "$T/old.sock" --old-daemon >"$T/old.log" 2>&1 ||
+	fail "the read against an older ckptd went wrong (see old.log)"
 log "pass"

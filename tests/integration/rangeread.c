@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -236,6 +237,25 @@ static int do_save(void)
 	return 0;
 }
 
+/* Another thread polls all the time: the reads must not shut it out. It
+ * notes when each of its polls finished. */
+#define POLL_STAMPS (1u << 20)
+static volatile bool poll_stop;
+static volatile unsigned long polls;
+static double poll_done_ms[POLL_STAMPS];
+/* Polls the other thread finished well inside the last ckpt_read_ranges
+ * (1 ms from either end: had the call held the context lock all along,
+ * none could have). */
+static unsigned long polls_during;
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
 struct want {
 	uint64_t step;
 	uint32_t rank, t;  /* t == NT: the blob */
@@ -264,7 +284,14 @@ static int read_and_check(ckpt_ctx *ctx, const struct want *w, size_t n)
 		if (w[i].length && !reads[i].dst)
 			return -ENOMEM;
 	}
+	unsigned long polls_before = polls, polls_after;
+	double t0 = now_ms(), t1;
 	r = ckpt_read_ranges(ctx, w[0].step, reads, n);
+	t1 = now_ms();
+	polls_after = polls;
+	polls_during = 0;
+	for (unsigned long p = polls_before; p < polls_after && p < POLL_STAMPS; p++)
+		polls_during += poll_done_ms[p] > t0 + 1 && poll_done_ms[p] < t1 - 1;
 	CHECK(r == 0, "reads of step %" PRIu64 ": %s", w[0].step, ckpt_strerror(r));
 	for (size_t i = 0; i < n; i++) {
 		uint64_t total = w[i].t == NT ? blob_bytes[w[i].rank] : tensor_bytes(w[i].rank, w[i].t);
@@ -285,9 +312,6 @@ static int read_and_check(ckpt_ctx *ctx, const struct want *w, size_t n)
 	return bad ? -EBADMSG : 0;
 }
 
-/* Another thread polls all the time: the reads must not shut it out. */
-static volatile bool poll_stop;
-static volatile unsigned long polls;
 
 static void *poller(void *arg)
 {
@@ -297,6 +321,8 @@ static void *poller(void *arg)
 	while (!poll_stop) {
 		ckpt_poll(ctx, 10, &st);
 		(void)ckpt_next_event(ctx, &st);
+		if (polls < POLL_STAMPS)
+			poll_done_ms[polls] = now_ms();
 		polls++;
 	}
 	return NULL;
@@ -346,7 +372,9 @@ static int do_read(void)
 		poll_stop = true;
 		pthread_join(th, NULL);
 		CHECK(r == 0, "big reads of step 20");
-		printf("polls by another thread meanwhile: %lu\n", polls);
+		printf("polls another thread finished during the reads: %lu\n", polls_during);
+		CHECK(polls_during >= 2, "ckpt_poll on another thread made no progress during "
+		      "ckpt_read_ranges (%lu polls)", polls_during);
 	}
 	{
 		/* Many small reads: more than one READ_RANGES. */
@@ -395,6 +423,20 @@ static int do_read(void)
 		CHECK(gen_cmp(10, 2, NT, 3, buf + 40, 5) < 0, "the blob read of a bad batch differs");
 		CHECK(strstr(why, "no tensor") && strstr(why, "no.such.tensor") && strstr(why, "rank 1"),
 		      "the reason does not name the tensor and rank: \"%s\"", why);
+	}
+	{
+		/* Longer than the slot and beyond the item: refused once its
+		 * size is known, nothing more is asked for. */
+		uint8_t *big = malloc(tensor_bytes(2, 0));
+		ckpt_read rd = { .rank = 2, .tensor = "layers.0.weight", .offset = 1,
+				 .length = tensor_bytes(2, 0), .dst = big };
+
+		r = big ? ckpt_read_ranges(ctx, 20, &rd, 1) : -ENOMEM;
+		ckpt_read_error(ctx, why, sizeof(why));
+		CHECK(r == -ERANGE && rd.result == -ERANGE && rd.total == tensor_bytes(2, 0),
+		      "a long read past the end: %s, total %" PRIu64, ckpt_strerror(r), rd.total);
+		CHECK(strstr(why, "beyond"), "the reason for a long read past the end: \"%s\"", why);
+		free(big);
 	}
 	{
 		ckpt_read rd = { .rank = 0, .tensor = "layers.0.weight", .length = 4, .dst = buf };

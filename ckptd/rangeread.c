@@ -10,9 +10,15 @@
  *
  * Served from the root only: the memory tiers hold one rank's own shard,
  * and S3-only steps must be restored into the root first.
+ *
+ * libckpt cuts a long read into slot-sized requests, and the ranks of a
+ * resharded job read the same few files: the manifests and indexes that
+ * verified are kept (a few, as copies) and used again while the file is
+ * the same one (device, inode, size, times).
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +55,7 @@ struct rangeread {
 	struct ckpt_msg_read_ranges_ok ok;
 	uint64_t bytes;             /* handed over */
 	unsigned failed;
+	unsigned cached;            /* manifest and indexes found in the cache */
 };
 
 /* A read failed: its result, and the batch's message if it is the first. */
@@ -73,10 +80,232 @@ static int damage_or(int r)
 	return r == -EBADMSG || r == -ENOENT || r == -EINVAL ? -CKPT_E_CORRUPT : r;
 }
 
-static void rank_files_load(struct rank_files *rf, const struct rangeread *rr,
-			    const struct ckpt_manifest *m, int stepfd, const char *dn)
+/* ---- Verified manifests and indexes of recent reads -------------------- */
+
+/* Which file a cache entry was read from: a step number committed again
+ * after retention removed it has new files. */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime, ctime;
+};
+
+/* What a read needs of a step's manifest. */
+struct manifest_sum {
+	uint32_t world_size;
+	struct rank_sum {
+		uint8_t index_sha256[32];
+		uint64_t shard_bytes;
+	} *ranks;                   /* world_size entries */
+};
+
+#define CACHE_MANIFESTS 4
+#define CACHE_INDEXES 32
+
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t cache_clock;
+static struct cached_manifest {
+	uint64_t last_use;          /* 0: unused */
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	struct file_id id;
+	struct manifest_sum sum;
+} cached_manifests[CACHE_MANIFESTS];
+static struct cached_index {
+	uint64_t last_use;          /* 0: unused */
+	char job[CKPT_JOB_NAME_MAX + 1];
+	uint64_t step;
+	uint32_t rank;
+	uint8_t sha256[32];         /* the manifest's digest it matched */
+	struct file_id id;
+	struct ckpt_index idx;
+} cached_indexes[CACHE_INDEXES];
+
+static int file_id_of(int dirfd, const char *name, struct file_id *id)
 {
-	const struct ckpt_manifest_rank *mr;
+	struct stat sb;
+
+	if (fstatat(dirfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return -errno;
+	memset(id, 0, sizeof(*id));
+	id->dev = sb.st_dev;
+	id->ino = sb.st_ino;
+	id->size = sb.st_size;
+	id->mtime = sb.st_mtim;
+	id->ctime = sb.st_ctim;
+	return 0;
+}
+
+static bool file_id_eq(const struct file_id *a, const struct file_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	       a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec &&
+	       a->ctime.tv_sec == b->ctime.tv_sec && a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+static int manifest_sum_copy(struct manifest_sum *dst, const struct manifest_sum *src)
+{
+	dst->world_size = src->world_size;
+	dst->ranks = calloc(src->world_size ? src->world_size : 1, sizeof(*dst->ranks));
+	if (!dst->ranks)
+		return -ENOMEM;
+	memcpy(dst->ranks, src->ranks, src->world_size * sizeof(*dst->ranks));
+	return 0;
+}
+
+static int index_copy(struct ckpt_index *dst, const struct ckpt_index *src)
+{
+	*dst = *src;
+	dst->chunk_crc = NULL;
+	if (ckpt_table_copy(&dst->table, &src->table) < 0)
+		return -ENOMEM;
+	dst->chunk_crc = malloc(src->chunk_count ? src->chunk_count * sizeof(uint32_t) : 1);
+	if (!dst->chunk_crc) {
+		ckpt_table_free(&dst->table);
+		return -ENOMEM;
+	}
+	memcpy(dst->chunk_crc, src->chunk_crc, src->chunk_count * sizeof(uint32_t));
+	return 0;
+}
+
+/* The least recently used of n entries of `size` bytes whose first field
+ * is last_use. */
+static void *cache_victim(void *entries, size_t n, size_t size)
+{
+	uint8_t *best = entries;
+
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *e = (uint8_t *)entries + i * size;
+
+		if (*(uint64_t *)e < *(uint64_t *)best)
+			best = e;
+	}
+	return best;
+}
+
+/* The step's manifest, from the cache (1) or read and checked (0); -ENOENT
+ * (no manifest: not committed), or another -errno with a reason in err. */
+static int manifest_get(const char *job, int jobfd, uint64_t step, const char *dn,
+			struct manifest_sum *out, char *err, size_t errlen)
+{
+	char path[64];
+	struct file_id id;
+	struct ckpt_manifest m;
+	struct cached_manifest *e;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/%s", dn, CKPT_MANIFEST_NAME);
+	r = file_id_of(jobfd, path, &id);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&cache_lock);
+	for (size_t i = 0; i < CACHE_MANIFESTS; i++) {
+		e = &cached_manifests[i];
+		if (e->last_use && e->step == step && !strcmp(e->job, job) && file_id_eq(&e->id, &id)) {
+			e->last_use = ++cache_clock;
+			r = manifest_sum_copy(out, &e->sum);
+			pthread_mutex_unlock(&cache_lock);
+			if (r < 0)
+				snprintf(err, errlen, "out of memory");
+			return r < 0 ? r : 1;
+		}
+	}
+	pthread_mutex_unlock(&cache_lock);
+
+	memset(&m, 0, sizeof(m));
+	r = store_read_manifest(jobfd, step, &m, err, errlen);
+	if (r < 0)
+		return r;
+	if (strcmp(m.job, job) != 0) {
+		snprintf(err, errlen, "%s is job %s's", path, m.job);
+		ckpt_manifest_free(&m);
+		return -EBADMSG;
+	}
+	out->world_size = m.world_size;
+	out->ranks = calloc(m.world_size ? m.world_size : 1, sizeof(*out->ranks));
+	if (!out->ranks) {
+		ckpt_manifest_free(&m);
+		snprintf(err, errlen, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < m.world_size; i++) {
+		memcpy(out->ranks[i].index_sha256, m.ranks[i].index_sha256, 32);
+		out->ranks[i].shard_bytes = m.ranks[i].shard_bytes;
+	}
+	ckpt_manifest_free(&m);
+
+	pthread_mutex_lock(&cache_lock);
+	e = cache_victim(cached_manifests, CACHE_MANIFESTS, sizeof(cached_manifests[0]));
+	free(e->sum.ranks);
+	memset(e, 0, sizeof(*e));
+	if (manifest_sum_copy(&e->sum, out) == 0) {
+		snprintf(e->job, sizeof(e->job), "%s", job);
+		e->step = step;
+		e->id = id;
+		e->last_use = ++cache_clock;
+	}
+	pthread_mutex_unlock(&cache_lock);
+	return 0;
+}
+
+/* Rank `rank`'s index, from the cache (1) or read and checked against the
+ * manifest's digest (0). Errors as store_read_index. */
+static int index_get(const char *job, uint64_t step, int stepfd, uint32_t rank,
+		     const uint8_t *sha256, struct ckpt_index *out, char *err, size_t errlen)
+{
+	char name[32];
+	struct file_id id;
+	struct cached_index *e;
+	int r;
+
+	ckpt_index_filename(name, sizeof(name), rank);
+	r = file_id_of(stepfd, name, &id);
+	if (r < 0) {
+		snprintf(err, errlen, "%s: %s", name, strerror(-r));
+		return r;
+	}
+	pthread_mutex_lock(&cache_lock);
+	for (size_t i = 0; i < CACHE_INDEXES; i++) {
+		e = &cached_indexes[i];
+		if (e->last_use && e->step == step && e->rank == rank && !strcmp(e->job, job) &&
+		    !memcmp(e->sha256, sha256, 32) && file_id_eq(&e->id, &id)) {
+			e->last_use = ++cache_clock;
+			r = index_copy(out, &e->idx);
+			pthread_mutex_unlock(&cache_lock);
+			if (r < 0)
+				snprintf(err, errlen, "out of memory");
+			return r < 0 ? r : 1;
+		}
+	}
+	pthread_mutex_unlock(&cache_lock);
+
+	r = store_read_index(stepfd, rank, sha256, out, err, errlen);
+	if (r < 0)
+		return r;
+	pthread_mutex_lock(&cache_lock);
+	e = cache_victim(cached_indexes, CACHE_INDEXES, sizeof(cached_indexes[0]));
+	if (e->last_use)
+		ckpt_index_free(&e->idx);
+	memset(e, 0, sizeof(*e));
+	if (index_copy(&e->idx, out) == 0) {
+		snprintf(e->job, sizeof(e->job), "%s", job);
+		e->step = step;
+		e->rank = rank;
+		memcpy(e->sha256, sha256, 32);
+		e->id = id;
+		e->last_use = ++cache_clock;
+	}
+	pthread_mutex_unlock(&cache_lock);
+	return 0;
+}
+
+static void rank_files_load(struct rank_files *rf, struct rangeread *rr,
+			    const struct manifest_sum *m, int stepfd, const char *dn)
+{
+	const struct rank_sum *mr;
 	char name[32], why[CKPT_REASON_MAX + 1] = "";
 	struct ckpt_index *idx = &rf->idx;
 	struct stat sb;
@@ -89,19 +318,22 @@ static void rank_files_load(struct rank_files *rf, const struct rangeread *rr,
 	if (rf->rank >= m->world_size) {
 		rf->result = -ENOENT;
 		snprintf(rf->err, sizeof(rf->err), "job %s step %llu was saved by %u ranks: no rank %u",
-			 rr->job->name, (unsigned long long)m->step, m->world_size, rf->rank);
+			 rr->job->name, (unsigned long long)rr->rq.step, m->world_size, rf->rank);
 		return;
 	}
 	mr = &m->ranks[rf->rank];
-	r = store_read_index(stepfd, rf->rank, mr->index_sha256, idx, why, sizeof(why));
+	r = index_get(rr->job->name, rr->rq.step, stepfd, rf->rank, mr->index_sha256, idx, why,
+		      sizeof(why));
+	if (r == 1)
+		rr->cached++;
 	if (r < 0) {
 		rf->result = damage_or(r);
 		snprintf(rf->err, sizeof(rf->err), "job %s %s: %s", rr->job->name, dn, why);
 		return;
 	}
 	rf->have_idx = true;
-	if (idx->step != m->step || idx->rank != rf->rank || idx->shard_bytes != mr->shard_bytes ||
-	    strcmp(idx->job, m->job) != 0) {
+	if (idx->step != rr->rq.step || idx->rank != rf->rank ||
+	    idx->shard_bytes != mr->shard_bytes || strcmp(idx->job, rr->job->name) != 0) {
 		rf->result = -CKPT_E_CORRUPT;
 		ckpt_index_filename(name, sizeof(name), rf->rank);
 		snprintf(rf->err, sizeof(rf->err),
@@ -225,7 +457,7 @@ static void rangeread_run(void *arg)
 	struct rangeread *rr = arg;
 	const struct ckpt_msg_read_ranges *rq = &rr->rq;
 	struct rank_files *files = NULL;
-	struct ckpt_manifest m;
+	struct manifest_sum m = { 0 };
 	char dn[32], err[CKPT_REASON_MAX + 1] = "";
 	uint8_t *bounce = NULL;
 	size_t bounce_cap = 0;
@@ -233,29 +465,23 @@ static void rangeread_run(void *arg)
 	uint32_t nfiles = 0;
 	int stepfd = -1, r;
 
-	memset(&m, 0, sizeof(m));
 	ckpt_step_dirname(dn, sizeof(dn), rq->step);
-	r = store_read_manifest(rr->job->dirfd, rq->step, &m, err, sizeof(err));
-	if (r == 0 && strcmp(m.job, rr->job->name) != 0) {
-		snprintf(err, sizeof(err), "%s/%s is job %s's", dn, CKPT_MANIFEST_NAME, m.job);
-		ckpt_manifest_free(&m);
-		r = -EBADMSG;
+	r = manifest_get(rr->job->name, rr->job->dirfd, rq->step, dn, &m, err, sizeof(err));
+	if (r == 1) {
+		rr->cached++;
+		r = 0;
 	}
 	if (r == 0) {
 		stepfd = openat(rr->job->dirfd, dn, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 		if (stepfd < 0) {
 			r = -errno;
 			snprintf(err, sizeof(err), "opening %s: %s", dn, strerror(-r));
-			ckpt_manifest_free(&m);
 		}
 	}
 	files = calloc(rq->count, sizeof(*files));
 	if (r == 0 && !files) {
 		r = -ENOMEM;
 		snprintf(err, sizeof(err), "out of memory");
-		ckpt_manifest_free(&m);
-		close(stepfd);
-		stepfd = -1;
 	}
 	for (uint32_t i = 0; i < rq->count; i++) {
 		const struct ckpt_msg_read_item *it = &rq->items[i];
@@ -345,8 +571,7 @@ static void rangeread_run(void *arg)
 	free(bounce);
 	if (stepfd >= 0)
 		close(stepfd);
-	if (r == 0)
-		ckpt_manifest_free(&m);
+	free(m.ranks);
 }
 
 static void rangeread_done(void *arg)
@@ -364,9 +589,9 @@ static void rangeread_done(void *arg)
 			 "error=\"%s\"", job->name, (unsigned long long)rr->rq.step, c->rank,
 			 rr->rq.count, rr->failed, (unsigned long long)rr->bytes, rr->ok.message);
 	else
-		log_debug("rangeread", "read job=%s step=%llu rank=%u reads=%u bytes=%llu", job->name,
-			  (unsigned long long)rr->rq.step, c->rank, rr->rq.count,
-			  (unsigned long long)rr->bytes);
+		log_debug("rangeread", "read job=%s step=%llu rank=%u reads=%u bytes=%llu cached=%u",
+			  job->name, (unsigned long long)rr->rq.step, c->rank, rr->rq.count,
+			  (unsigned long long)rr->bytes, rr->cached);
 	if (!c->dead) {
 		c->slot_state[rr->rq.slot] = SLOT_CLIENT;
 		memset(&m, 0, sizeof(m));

@@ -17,7 +17,8 @@
  *   --corrupt: after rangeread.sh flipped a byte at offset 100 of step 10's
  *              rank-000002.shard (chunk 0 of rank 2's first tensor): reads
  *              of that chunk fail with -CKPT_E_CORRUPT naming the file,
- *              reads of other chunks still work.
+ *              reads of other chunks still work; and a byte of step 10's
+ *              rank-000001.index: reads of rank 1 fail the digest check.
  *
  * Every byte is a pure function of (step, rank, tensor, offset), so reads
  * are checked by regenerating the data. Exit status 0 when every
@@ -486,8 +487,18 @@ static int do_corrupt(void)
 	      "the next chunk of the damaged tensor: %s", ckpt_strerror(rd[1].result));
 	CHECK(rd[2].result == 0 && gen_cmp(10, 0, 0, 0, big + 100, 64) < 0,
 	      "another rank's tensor: %s", ckpt_strerror(rd[2].result));
+	/* Rank 1's index of step 10 was changed after ckptd had read it. */
+	rd[0] = (ckpt_read){ .rank = 1, .tensor = "layers.0.weight", .length = 20, .dst = big };
+	r = ckpt_read_ranges(ctx, 10, rd, 1);
+	ckpt_read_error(ctx, why, sizeof(why));
+	printf("changed index: %s; reason: %s\n", ckpt_strerror(r), why);
+	CHECK(r == -CKPT_E_CORRUPT, "a read of a rank whose index changed: %s, want "
+	      "-CKPT_E_CORRUPT", ckpt_strerror(r));
+	CHECK(strstr(why, "rank-000001.index") && strstr(why, "step-0000000010"),
+	      "the reason does not name the index: \"%s\"", why);
 	/* Step 20 is untouched. */
-	rd[0].length = 20;
+	rd[0] = (ckpt_read){ .rank = 2, .tensor = "layers.0.weight", .offset = 90, .length = 20,
+			     .dst = big };
 	r = ckpt_read_ranges(ctx, 20, rd, 1);
 	CHECK(r == 0 && gen_cmp(20, 2, 0, 90, big, 20) < 0, "step 20: %s", ckpt_strerror(r));
 	free(big);

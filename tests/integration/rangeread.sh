@@ -5,7 +5,8 @@
 # run at world size 2 reads slices of every rank's tensors and blobs and
 # compares them byte for byte (reads longer than its slot included), and
 # the bad reads get their errors. Then a byte of a shard is flipped: reads
-# of that chunk fail with -CKPT_E_CORRUPT naming the file, the rest work.
+# of that chunk fail with -CKPT_E_CORRUPT naming the file, the rest work;
+# so do reads of a rank whose index was changed after ckptd had read it.
 . "$(dirname "$0")/lib.sh"
 
 : "${CKPT_TEST_RANGEREAD:?CKPT_TEST_RANGEREAD must name the ckpt-test-rangeread binary}"
@@ -29,6 +30,12 @@ SHARD=$(stepdir "$JOB" 10)/rank-000002.shard
 B=$(od -An -tu1 -j100 -N1 "$SHARD" | tr -d ' ')
 printf "\\x$(printf %02x $((B ^ 255)))" | dd of="$SHARD" bs=1 seek=100 count=1 conv=notrunc status=none ||
 	fail "could not damage $SHARD"
+# Step 10's indexes were read (and kept by ckptd) above: a changed file
+# must be read and checked again.
+INDEX=$(stepdir "$JOB" 10)/rank-000001.index
+B=$(od -An -tu1 -j10 -N1 "$INDEX" | tr -d ' ')
+printf "\\x$(printf %02x $((B ^ 255)))" | dd of="$INDEX" bs=1 seek=10 count=1 conv=notrunc status=none ||
+	fail "could not damage $INDEX"
 timeout 90 "$CKPT_TEST_RANGEREAD" --socket "$(sock d)" --corrupt >"$T/corrupt.log" 2>&1 ||
 	fail "the read of a damaged chunk went wrong (see corrupt.log)"
 grep_log ckptd-d "rangeread.*rank-000002.shard" || fail "ckptd did not log the damaged chunk"

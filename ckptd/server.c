@@ -417,7 +417,8 @@ static void hello_finish(struct client *c)
 	 * ignore (PROTOCOL.md, "Extensions within version 1"); it goes
 	 * before anything else, in particular before any SAVE_OK. */
 	struct ckpt_msg notice;
-	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE | CKPT_FEATURE_READ);
+	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE |
+				 CKPT_FEATURE_READ);
 	client_send(c, &notice);
 	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
 		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,

@@ -27,6 +27,7 @@
 #include "coord.h"
 #include "jobs.h"
 #include "memtier.h"
+#include "rangeread.h"
 #include "restore.h"
 #include "writer.h"
 #include "loop.h"
@@ -416,7 +417,8 @@ static void hello_finish(struct client *c)
 	 * ignore (PROTOCOL.md, "Extensions within version 1"); it goes
 	 * before anything else, in particular before any SAVE_OK. */
 	struct ckpt_msg notice;
-	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE);
+	ckpt_msg_features_notice(&notice, CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE |
+				 CKPT_FEATURE_READ);
 	client_send(c, &notice);
 	log_info("server", "rank connected job=%s rank=%u world=%u pid=%d slots=%u slot_bytes=%llu",
 		 job->name, c->rank, c->world_size, (int)c->pid, c->slots,
@@ -1100,6 +1102,10 @@ static void on_message(struct client *c, const struct ckpt_msg *m)
 		break;
 	case CKPT_MSG_RESTORE_AGREED:
 		on_restore_agreed(c, m);
+		break;
+	case CKPT_MSG_READ_RANGES:
+		if (slot_ok(c, m, m->u.read_ranges.slot))
+			rangeread_start(c, m);
 		break;
 	default:
 		client_protocol_error(c, m->seq, -CKPT_E_PROTOCOL, "unexpected %s from a client",

@@ -390,6 +390,68 @@ CKPT_EXPORT int ckpt_restore_blob(ckpt_restore *r, void *buf, size_t cap);
 /* Release the slot. */
 CKPT_EXPORT void ckpt_restore_close(ckpt_restore *r);
 
+/* ---- Reading any rank's items --------------------------------------------
+ *
+ * For loading a checkpoint at another world size (resharding): byte ranges
+ * of any rank's tensors and blobs of a committed step, not only this
+ * rank's own shard.
+ */
+
+/* One ranged read of a committed step (ckpt_read_ranges). */
+typedef struct ckpt_read {
+	uint32_t rank;       /* whose shard, 0..world_size-1 of the step */
+	const char *tensor;  /* tensor name in that rank's table; NULL: that rank's blob */
+	uint64_t offset;     /* byte offset into the item (a tensor's stored slice, row-major) */
+	uint64_t length;     /* bytes to read into dst; 0: only report total */
+	void *dst;           /* length bytes, caller's memory */
+	int result;          /* out: 0, or -errno / -CKPT_E_* for this read (e.g. -ENOENT no such
+	                      * tensor/rank, -ERANGE offset+length beyond the item, -CKPT_E_CORRUPT) */
+	uint64_t total;      /* out: the item's full size in bytes (set whenever the item exists) */
+} ckpt_read;
+
+/*
+ * Read byte ranges of any rank's items of committed `step` of this
+ * context's job. Every read's bytes are verified against the rank index's
+ * chunk CRCs (and the index against the manifest's digest) before they are
+ * handed over. 0 when every read succeeded, else the first failing read's
+ * error (each read's result says its own). Blocks until done; must not hold
+ * the context lock that ckpt_poll/ckpt_next_event on another thread need
+ * for the whole time.
+ *
+ * Ownership: `reads` and every tensor name and dst are the caller's,
+ * borrowed for the call; only result, total and the dst bytes are written.
+ * On failure a read's dst may hold part of its bytes.
+ *
+ * ckptd reads the step's files in the checkpoint root (a step only S3
+ * holds must be restored into the root first) and puts the bytes into one
+ * of this context's slots, from which they are copied into dst: the call
+ * needs a free slot (it waits for one, as ckpt_save_begin() under the
+ * "block" policy; -CKPT_E_BUSY when every slot is held by open handles of
+ * this context), and reads longer than a slot are done in several rounds.
+ * A rank's blob is an item like a tensor (total 0 when it saved none).
+ *
+ * Results per read: -ENOENT (no such rank in the step, no such tensor in
+ * that rank's table), -ERANGE (offset + length beyond the item's total),
+ * -CKPT_E_CORRUPT (a chunk, the index or the manifest does not verify),
+ * -CKPT_E_NO_CHECKPOINT (`step` is not committed in the root), -EINVAL (a
+ * NULL dst with a length), -CKPT_E_BAD_NAME (not a tensor name), another
+ * -errno for a read error. The whole call: -EINVAL (ctx NULL, reads NULL
+ * with n > 0), -ERANGE (step above CKPT_STEP_MAX), -EOPNOTSUPP (ckptd is
+ * too old to serve ranged reads; nothing was read),
+ * -CKPT_E_DISCONNECTED. ckpt_read_error() says why, naming the file, rank
+ * and step.
+ */
+CKPT_EXPORT int ckpt_read_ranges(ckpt_ctx *ctx, uint64_t step, ckpt_read *reads, size_t n);
+
+/*
+ * Why the newest ckpt_read_ranges() on this context that failed failed
+ * (ckptd's reason for the first failing read, e.g. "llama/step-0000000010/
+ * rank-000002.shard: chunk 3 (...) fails its CRC-32C ..."), or "" when the
+ * newest call succeeded. Copied into buf (cap bytes, NUL-terminated, cut
+ * to fit); returns the reason's full length, or -EINVAL.
+ */
+CKPT_EXPORT int ckpt_read_error(ckpt_ctx *ctx, char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -565,6 +565,13 @@ static int ctx_recv(ckpt_ctx *ctx, struct ckpt_msg *m)
 static int ctx_dispatch(ckpt_ctx *ctx, const struct ckpt_msg *m, uint32_t seq,
 			struct ckpt_msg *reply)
 {
+	for (struct ctx_waiter *w = ctx->waiters; w; w = w->next) {
+		if (m->seq != 0 && m->seq == w->seq && m->seq != seq) {
+			w->reply = *m;
+			w->done = true;
+			return 0;
+		}
+	}
 	if (seq != 0 && (m->seq == seq || (m->seq == 0 && m->type == CKPT_MSG_ERROR))) {
 		if (m->type == CKPT_MSG_STATUS)
 			ctx_apply_status(ctx, &m->u.status);

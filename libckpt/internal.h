@@ -45,6 +45,15 @@ struct step_record {
 	ckpt_status st;
 };
 
+/* A caller waiting for the reply to seq with ctx->lock released (read.c):
+ * whoever reads that reply off the socket parks it here. */
+struct ctx_waiter {
+	struct ctx_waiter *next;
+	uint32_t seq;
+	bool done;
+	struct ckpt_msg reply;
+};
+
 struct ckpt_ctx {
 	pthread_mutex_t lock;
 
@@ -76,6 +85,9 @@ struct ckpt_ctx {
 
 	ckpt_status events[CKPT_EVENT_QUEUE];
 	unsigned ev_head, ev_count;
+
+	struct ctx_waiter *waiters;  /* replies awaited without the lock (read.c) */
+	char read_error[CKPT_REASON_MAX + 1]; /* ckpt_read_error() */
 };
 
 struct ckpt_save {

@@ -173,6 +173,9 @@ enum ckpt_msg_type {
 	CKPT_MSG_STALL = 15,      /* c->d: a save's stall; only if the features notice says "stall" */
 	CKPT_MSG_RESTORE_AGREED = 16, /* c->d: RESTORE's body, one step for the whole job; only if
 				       * the features notice says "agree" */
+	CKPT_MSG_READ_RANGES = 17,    /* c->d: byte ranges of any rank's items of a committed step,
+				       * into a slot; only if the features notice says "read_ranges" */
+	CKPT_MSG_READ_RANGES_OK = 18, /* d->c: each read's result, the bytes in the slot */
 };
 
 #define CKPT_HELLO_F_SKIP_POLICY 1u   /* HELLO_OK.flags: backpressure is "skip" */
@@ -268,6 +271,41 @@ struct ckpt_msg_stall {
 	double seconds;  /* ckpt_save_begin .. ckpt_save_finish on the rank; finite, >= +0, < max */
 };
 
+/* Reads in one READ_RANGES (and results in its READ_RANGES_OK). */
+#define CKPT_READ_MAX 64u
+
+/* One read of a READ_RANGES: bytes [offset, offset + length) of an item. */
+struct ckpt_msg_read_item {
+	uint32_t rank;
+	uint16_t name_len;  /* 0: the rank's blob; else a tensor name's bytes */
+	uint16_t name_off;  /* the name in ckpt_msg_read_ranges.names, NUL-terminated there */
+	uint64_t offset;
+	uint64_t length;    /* 0: only the item's size is asked for */
+};
+
+/* The slot gets the reads' bytes one after the other, in request order:
+ * read i's at the sum of the lengths of the reads before it. */
+struct ckpt_msg_read_ranges {
+	uint64_t step;
+	uint32_t slot;
+	uint32_t count;     /* 1..CKPT_READ_MAX */
+	struct ckpt_msg_read_item items[CKPT_READ_MAX];
+	char names[CKPT_MSG_MAX_BYTES]; /* pool of the names */
+};
+
+struct ckpt_msg_read_result {
+	int32_t result;     /* 0, or -errno / -CKPT_E_* for this read */
+	uint64_t total;     /* the item's size in bytes (0 when it does not exist) */
+};
+
+struct ckpt_msg_read_ranges_ok {
+	uint64_t step;
+	uint32_t slot;
+	uint32_t count;     /* that of the request */
+	struct ckpt_msg_read_result results[CKPT_READ_MAX];
+	char message[CKPT_REASON_MAX + 1]; /* why the first failed read failed, or "" */
+};
+
 struct ckpt_msg {
 	uint32_t type;  /* enum ckpt_msg_type */
 	uint32_t seq;   /* echoed in the reply */
@@ -284,6 +322,8 @@ struct ckpt_msg {
 		struct ckpt_msg_release release;
 		struct ckpt_msg_error error;
 		struct ckpt_msg_stall stall;
+		struct ckpt_msg_read_ranges read_ranges;
+		struct ckpt_msg_read_ranges_ok read_ranges_ok;
 	} u;                 /* LIST and BYE have no body */
 };
 
@@ -296,6 +336,13 @@ ssize_t ckpt_msg_encode(const struct ckpt_msg *m, void *buf, size_t cap);
  * out->seq and out->u.step.step (the step it named: every step-carrying
  * body starts with it) are set, for the refusal to quote. */
 int ckpt_msg_decode(const void *buf, size_t len, struct ckpt_msg *out);
+/* Append a read to a READ_RANGES being built in *m (type, step and slot
+ * set by the caller; count 0 to start). name NULL: the blob. 0, -ENOSPC
+ * (no room in the message: send it and start another), -EINVAL (a name
+ * that is not a tensor name, offset + length overflowing). */
+int ckpt_msg_read_add(struct ckpt_msg *m, uint32_t rank, const char *name,
+		      uint64_t offset, uint64_t length);
+
 /* How many fds a message of this type must carry (1 for HELLO_OK, else 0). */
 unsigned ckpt_msg_fd_count(uint32_t type);
 const char *ckpt_msg_type_name(uint32_t type);
@@ -309,7 +356,8 @@ const char *ckpt_msg_type_name(uint32_t type);
  */
 #define CKPT_FEATURE_STALL 1u   /* token "stall": the client may send STALL */
 #define CKPT_FEATURE_AGREE 2u   /* token "agree": the client may send RESTORE_AGREED */
-#define CKPT_FEATURES_KNOWN (CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE)
+#define CKPT_FEATURE_READ 4u    /* token "read_ranges": the client may send READ_RANGES */
+#define CKPT_FEATURES_KNOWN (CKPT_FEATURE_STALL | CKPT_FEATURE_AGREE | CKPT_FEATURE_READ)
 
 /* Fill *m with the notice for `features` (bits not known are left out). */
 void ckpt_msg_features_notice(struct ckpt_msg *m, uint32_t features);

@@ -199,9 +199,80 @@ static int encode_body(const struct ckpt_msg *m, struct wr *w)
 		wr_u64(w, m->u.stall.step);
 		wr_f64(w, m->u.stall.seconds);
 		break;
+	case CKPT_MSG_READ_RANGES: {
+		const struct ckpt_msg_read_ranges *b = &m->u.read_ranges;
+
+		if (b->count > CKPT_READ_MAX)
+			return -EINVAL;
+		wr_u64(w, b->step);
+		wr_u32(w, b->slot);
+		wr_u32(w, b->count);
+		for (uint32_t i = 0; i < b->count; i++) {
+			const struct ckpt_msg_read_item *it = &b->items[i];
+
+			if (it->name_len > CKPT_TENSOR_NAME_MAX ||
+			    (size_t)it->name_off + it->name_len >= sizeof(b->names))
+				return -EINVAL;
+			wr_u32(w, it->rank);
+			wr_u64(w, it->offset);
+			wr_u64(w, it->length);
+			wr_u16(w, it->name_len);
+			wr_bytes(w, b->names + it->name_off, it->name_len);
+		}
+		break;
+	}
+	case CKPT_MSG_READ_RANGES_OK: {
+		const struct ckpt_msg_read_ranges_ok *b = &m->u.read_ranges_ok;
+
+		if (b->count > CKPT_READ_MAX)
+			return -EINVAL;
+		wr_u64(w, b->step);
+		wr_u32(w, b->slot);
+		wr_u32(w, b->count);
+		for (uint32_t i = 0; i < b->count; i++) {
+			wr_u32(w, (uint32_t)b->results[i].result);
+			wr_u64(w, b->results[i].total);
+		}
+		wr_str(w, b->message, REASON_MAX);
+		break;
+	}
 	default:
 		return -EINVAL;
 	}
+	return 0;
+}
+
+/* Wire bytes of one read of a READ_RANGES: rank, offset, length, name. */
+#define READ_ITEM_BYTES(name_len) (4u + 8u + 8u + 2u + (name_len))
+#define READ_RANGES_FIXED_BYTES (CKPT_WIRE_HDR_BYTES + 8u + 4u + 4u)
+
+int ckpt_msg_read_add(struct ckpt_msg *m, uint32_t rank, const char *name, uint64_t offset,
+		      uint64_t length)
+{
+	struct ckpt_msg_read_ranges *b;
+	size_t bytes = READ_RANGES_FIXED_BYTES, pool = 0, n = name ? strlen(name) : 0;
+
+	if (!m || m->type != CKPT_MSG_READ_RANGES || length > UINT64_MAX - offset)
+		return -EINVAL;
+	if (name && ckpt_tensor_name_check(name, n) != 0)
+		return -EINVAL;
+	b = &m->u.read_ranges;
+	if (b->count >= CKPT_READ_MAX)
+		return -ENOSPC;
+	for (uint32_t i = 0; i < b->count; i++) {
+		bytes += READ_ITEM_BYTES(b->items[i].name_len);
+		pool = (size_t)b->items[i].name_off + b->items[i].name_len + 1;
+	}
+	if (bytes + READ_ITEM_BYTES(n) > CKPT_MSG_MAX_BYTES || pool + n + 1 > sizeof(b->names))
+		return -ENOSPC;
+	b->items[b->count] = (struct ckpt_msg_read_item){
+		.rank = rank, .name_len = (uint16_t)n, .name_off = (uint16_t)pool,
+		.offset = offset, .length = length,
+	};
+	if (n)
+		memcpy(b->names + pool, name, n);
+	b->names[pool + n] = '\0';
+	b->count++;
 	return 0;
 }
 
@@ -365,6 +436,60 @@ static bool decode_body(uint32_t type, struct rd *r, struct ckpt_msg *out)
 		out->u.stall.seconds = rd_f64(r);
 		return r->ok && out->u.stall.step != CKPT_NO_STEP &&
 		       stall_seconds_valid(out->u.stall.seconds);
+	case CKPT_MSG_READ_RANGES: {
+		struct ckpt_msg_read_ranges *b = &out->u.read_ranges;
+		uint64_t sum = 0;
+		size_t pool = 0;
+
+		b->step = rd_u64(r);
+		b->slot = rd_u32(r);
+		b->count = rd_u32(r);
+		if (!r->ok || b->count < 1 || b->count > CKPT_READ_MAX)
+			return false;
+		for (uint32_t i = 0; i < b->count; i++) {
+			struct ckpt_msg_read_item *it = &b->items[i];
+			const uint8_t *name;
+			size_t n;
+
+			it->rank = rd_u32(r);
+			it->offset = rd_u64(r);
+			it->length = rd_u64(r);
+			n = rd_u16(r);
+			if (!r->ok || n > CKPT_TENSOR_NAME_MAX || pool + n + 1 > sizeof(b->names))
+				return false;
+			name = rd_take(r, n);
+			if (!name || (n && ckpt_tensor_name_check((const char *)name, n) != 0))
+				return false;
+			/* Every read, and the slot they fill together, stay
+			 * within 64 bits. */
+			if (it->length > UINT64_MAX - it->offset || it->length > UINT64_MAX - sum)
+				return false;
+			sum += it->length;
+			memcpy(b->names + pool, name, n);
+			b->names[pool + n] = '\0';
+			it->name_len = (uint16_t)n;
+			it->name_off = (uint16_t)pool;
+			pool += n + 1;
+		}
+		return r->ok && b->step != CKPT_NO_STEP && b->slot != CKPT_NO_SLOT;
+	}
+	case CKPT_MSG_READ_RANGES_OK: {
+		struct ckpt_msg_read_ranges_ok *b = &out->u.read_ranges_ok;
+
+		b->step = rd_u64(r);
+		b->slot = rd_u32(r);
+		b->count = rd_u32(r);
+		if (!r->ok || b->count < 1 || b->count > CKPT_READ_MAX)
+			return false;
+		for (uint32_t i = 0; i < b->count; i++) {
+			b->results[i].result = (int32_t)rd_u32(r);
+			b->results[i].total = rd_u64(r);
+			if (b->results[i].result > 0)
+				return false;
+		}
+		rd_str(r, b->message, REASON_MAX);
+		return r->ok && b->step != CKPT_NO_STEP && b->slot != CKPT_NO_SLOT;
+	}
 	default:
 		return false;
 	}
@@ -382,6 +507,8 @@ static bool step_out_of_range(const struct ckpt_msg *m, uint64_t *step)
 	case CKPT_MSG_QUERY:
 	case CKPT_MSG_STALL:
 	case CKPT_MSG_RESTORE_OK:
+	case CKPT_MSG_READ_RANGES:
+	case CKPT_MSG_READ_RANGES_OK:
 		*step = m->u.step.step;
 		return !step_ok(*step, false);
 	case CKPT_MSG_RESTORE:
@@ -459,6 +586,8 @@ const char *ckpt_msg_type_name(uint32_t type)
 		[CKPT_MSG_BYE] = "BYE",
 		[CKPT_MSG_STALL] = "STALL",
 		[CKPT_MSG_RESTORE_AGREED] = "RESTORE_AGREED",
+		[CKPT_MSG_READ_RANGES] = "READ_RANGES",
+		[CKPT_MSG_READ_RANGES_OK] = "READ_RANGES_OK",
 	};
 
 	if (type < sizeof(names) / sizeof(names[0]) && names[type])
@@ -474,6 +603,7 @@ static const struct {
 } feature_tokens[] = {
 	{ CKPT_FEATURE_STALL, "stall" },
 	{ CKPT_FEATURE_AGREE, "agree" },
+	{ CKPT_FEATURE_READ, "read_ranges" },
 };
 #define FEATURE_TOKEN_MAX 32
 

@@ -1324,6 +1324,109 @@ static void case_skip(const char *cs)
 	session_close(&s);
 }
 
+/* ---- READ_RANGES (PROTOCOL.md, Semantics 13) ----------------------------- */
+
+/* A READ_RANGES of one read; the name is put as given (any bytes). */
+static void build_read_one(struct buf *w, uint64_t step, uint32_t slot, uint32_t count,
+			   uint32_t rank, uint64_t offset, uint64_t length, const char *name,
+			   size_t name_len)
+{
+	begin_msg(w, CKPT_MSG_READ_RANGES, 8);
+	put64(w, step);
+	put32(w, slot);
+	put32(w, count);
+	put32(w, rank);
+	put64(w, offset);
+	put64(w, length);
+	put16(w, (uint16_t)name_len);
+	putbytes(w, name, name_len);
+	finish_msg(w);
+}
+
+static void build_read_slot_range(struct session *s, struct buf *w)
+{
+	build_read_one(w, 10, s->slots + 3, 1, 0, 0, 8, "w", 1);
+}
+
+static void case_read_slot_range(const char *cs) { refused_in_session(cs, build_read_slot_range); }
+
+static void build_read_count_zero(struct session *s, struct buf *w)
+{
+	build_read_one(w, 10, 0, 0, 0, 0, 8, "w", 1);
+}
+
+static void case_read_count_zero(const char *cs) { refused_in_session(cs, build_read_count_zero); }
+
+static void build_read_name_dotdot(struct session *s, struct buf *w)
+{
+	build_read_one(w, 10, 0, 1, 0, 0, 8, "../../etc/passwd", 16);
+}
+
+static void case_read_name_dotdot(const char *cs) { refused_in_session(cs, build_read_name_dotdot); }
+
+static void build_read_wraps(struct session *s, struct buf *w)
+{
+	build_read_one(w, 10, 0, 1, 0, UINT64_MAX - 3, 8, "w", 1);
+}
+
+static void case_read_wraps(const char *cs) { refused_in_session(cs, build_read_wraps); }
+
+/* Wait for the reply to seq 8, skipping unsolicited STATUS. */
+static int read_reply(int fd, struct ckpt_msg *m)
+{
+	int r;
+
+	do
+		r = recv_msg(fd, REPLY_TIMEOUT_MS, m, NULL);
+	while (r == 1 && m->type == CKPT_MSG_STATUS && m->seq == 0);
+	return r;
+}
+
+/*
+ * Not malformed, answered, and the connection stays: reads longer than the
+ * slot (ERROR -CKPT_E_TOO_BIG), and a read of a step that only another job
+ * (--job, the good job, which has it) committed: a client reads its own
+ * job only, so for it the step is not committed.
+ */
+static void case_read_refusals(const char *cs)
+{
+	struct session s;
+	struct ckpt_msg m;
+	struct buf w;
+	int r;
+
+	if (session_open(&s, cs, 1 << 20) < 0) {
+		fail_count++;
+		return;
+	}
+	build_read_one(&w, 10, 0, 1, 0, 0, s.slot_bytes + 1, NULL, 0);
+	send_raw(s.fd, w.b, w.n, -1);
+	r = read_reply(s.fd, &m);
+	if (r != 1 || m.type != CKPT_MSG_ERROR || m.u.error.code != -CKPT_E_TOO_BIG) {
+		note(cs, "FAIL: a read longer than the slot got %s (%d)",
+		     r == 1 ? ckpt_msg_type_name(m.type) : "nothing",
+		     r == 1 && m.type == CKPT_MSG_ERROR ? m.u.error.code : 0);
+		fail_count++;
+	} else {
+		note(cs, "ok: longer than the slot: ERROR %d: %s", m.u.error.code,
+		     m.u.error.message);
+	}
+	build_read_one(&w, opt_step, 0, 1, 0, 0, 0, NULL, 0);
+	send_raw(s.fd, w.b, w.n, -1);
+	r = read_reply(s.fd, &m);
+	if (r != 1 || m.type != CKPT_MSG_READ_RANGES_OK || m.u.read_ranges_ok.count != 1 ||
+	    m.u.read_ranges_ok.results[0].result != -CKPT_E_NO_CHECKPOINT) {
+		note(cs, "FAIL: a read of another job's step %llu got %s (result %d)",
+		     (unsigned long long)opt_step, r == 1 ? ckpt_msg_type_name(m.type) : "nothing",
+		     r == 1 && m.type == CKPT_MSG_READ_RANGES_OK ? m.u.read_ranges_ok.results[0].result
+								 : 0);
+		fail_count++;
+	} else {
+		note(cs, "ok: another job's step: %s", m.u.read_ranges_ok.message);
+	}
+	session_close(&s);
+}
+
 struct test_case {
 	const char *name;
 	void (*fn)(const char *);
@@ -1376,6 +1479,11 @@ static const struct test_case cases[] = {
 	{ "step-backwards", case_step_backwards },
 	{ "step-repeat-after-skip", case_step_repeat },
 	{ "release-not-held", case_release_not_held },
+	{ "read-ranges-slot-range", case_read_slot_range },
+	{ "read-ranges-count-zero", case_read_count_zero },
+	{ "read-ranges-name-dotdot", case_read_name_dotdot },
+	{ "read-ranges-range-wraps", case_read_wraps },
+	{ "read-ranges-refusals", case_read_refusals },
 	{ "trailing-bytes", case_trailing_bytes },
 	{ "stall-nan", case_stall_nan },
 	{ "stall-infinite", case_stall_inf },

@@ -195,6 +195,40 @@ static void wire(void)
 	}
 }
 
+/* The optional READ_RANGES and its answer (PROTOCOL.md, Semantics 13). */
+static void wire_read_ranges(void)
+{
+	struct ckpt_msg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_READ_RANGES;
+	m.seq = 6;
+	m.u.read_ranges.step = 42;
+	m.u.read_ranges.slot = 1;
+	if (ckpt_msg_read_add(&m, 2, "model.layers.0.mlp.down_proj.weight", 4096, 65536) < 0 ||
+	    ckpt_msg_read_add(&m, 0, NULL, 0, 100) < 0 ||
+	    ckpt_msg_read_add(&m, 1, "gr\xc3\xb6\xc3\x9f" "e", 7, 0) < 0) {
+		fprintf(stderr, "ckpt_msg_read_add failed\n");
+		errors++;
+		return;
+	}
+	put_msg("read_ranges", &m);
+
+	memset(&m, 0, sizeof(m));
+	m.type = CKPT_MSG_READ_RANGES_OK;
+	m.seq = 6;
+	m.u.read_ranges_ok.step = 42;
+	m.u.read_ranges_ok.slot = 1;
+	m.u.read_ranges_ok.count = 3;
+	m.u.read_ranges_ok.results[0].total = 1u << 20;
+	m.u.read_ranges_ok.results[1].result = -CKPT_E_CORRUPT;
+	m.u.read_ranges_ok.results[1].total = 100;
+	m.u.read_ranges_ok.results[2].result = -ENOENT;
+	strcpy(m.u.read_ranges_ok.message,
+	       "j/step-0000000042/rank-000000.shard: chunk 9 fails its CRC-32C");
+	put_msg("read_ranges_ok", &m);
+}
+
 static void table(void)
 {
 	struct ckpt_tensor ts[3];
@@ -296,6 +330,7 @@ int main(int argc, char **argv)
 	root = argv[1];
 	mkdir(root, 0755);
 	wire();
+	wire_read_ranges();
 	table();
 	index_();
 	manifest();

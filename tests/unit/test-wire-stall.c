@@ -128,7 +128,7 @@ static void test_notice(void)
 	ssize_t n;
 
 	ckpt_msg_features_notice(&m, CKPT_FEATURES_KNOWN | 0x80000000u);
-	CHECK(strcmp(m.u.status.reason, "stall agree") == 0);
+	CHECK(strcmp(m.u.status.reason, "stall agree read_ranges") == 0);
 	CHECK(ckpt_msg_is_features_notice(&m));
 	/* An ordinary STATUS to the decoder, so v1 clients accept it. */
 	n = ckpt_msg_encode(&m, buf, sizeof(buf));

@@ -305,7 +305,9 @@ typedef struct ckpt_status {
 
 /*
  * Read what ckptd has reported so far, without blocking, and fill *st with
- * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX).
+ * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX;
+ * -CKPT_E_DISCONNECTED in a forked child, see ckpt_close()). Never waits
+ * behind another thread's call that waits for ckptd.
  */
 CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st);
 

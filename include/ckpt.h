@@ -327,11 +327,12 @@ CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st);
 
 /*
  * A descriptor for poll(), epoll or an event loop (asyncio's add_reader):
- * readable when there is news for ckpt_poll() / ckpt_next_event() to take
- * in: a message of ckptd not read yet, an outcome another thread of the
- * process read off the socket, or a lost connection (whose pending steps
- * have become FAILED). ckpt_poll(), ckpt_wait() and ckpt_next_event()
- * (once no event is left queued) clear what they took in. Only wait on it
+ * readable while ckptd's socket holds a message not read yet, and from
+ * the moment any thread of the process records news (an event queued for
+ * ckpt_next_event(), or a lost connection, whose pending steps become
+ * FAILED) until ckpt_next_event() returns 0. A loop on it calls
+ * ckpt_next_event() until it returns 0; ckpt_poll() and ckpt_wait() read
+ * the socket but leave the news for the event consumer. Only wait on it
  * for readability; never read, write or close it.
  *
  * The descriptor is the same from ckpt_connect() to ckpt_close(): it

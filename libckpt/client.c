@@ -1203,7 +1203,6 @@ CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
 	if (ctx_forked(ctx))
 		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
-	ctx_news_clear(ctx);
 	(void)ctx_drain(ctx); /* a drop shows up in the records */
 	fill_status(ctx, step, st);
 	pthread_mutex_unlock(&ctx->lock);
@@ -1250,7 +1249,6 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 		return -CKPT_E_DISCONNECTED;
 	deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	pthread_mutex_lock(&ctx->lock);
-	ctx_news_clear(ctx);
 	(void)ctx_drain(ctx);
 	if (!record_find(ctx, step))
 		ctx_query(ctx, step, remaining_ms(deadline));
@@ -1293,7 +1291,9 @@ CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st)
 		ctx->ev_count--;
 		r = 1;
 	}
-	/* Readable again if the socket has more (level-triggered). */
+	/* Only the event consumer clears ckpt_fd's news, and only once it
+	 * has everything: a ckpt_wait() on another thread must not make an
+	 * event loop miss events (the socket itself stays level-triggered). */
 	if (ctx->ev_count == 0)
 		ctx_news_clear(ctx);
 	pthread_mutex_unlock(&ctx->lock);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ckpt_fd() is one descriptor for the life of the context: readable on
- * news and cleared by taking it in, readable when ckptd goes away, still
+ * news until ckpt_next_event() has popped it all (ckpt_wait and ckpt_poll
+ * leave it to the event consumer), readable when ckptd goes away, still
  * the same valid descriptor while disconnected and after a reconnect, and
  * readable again for the new connection's news.
  */
@@ -26,8 +27,7 @@ static int send_committed(int cfd, uint64_t step)
 	return fake_send(cfd, &m, NULL, 0);
 }
 
-/* Two connections; each sends one outcome when the client asks (LIST
- * stands for "go on"), the first then hangs up. */
+/* Two connections; each sends one outcome, the first then hangs up. */
 static int serve(int lfd, void *arg)
 {
 	struct ckpt_msg m;
@@ -43,8 +43,7 @@ static int serve(int lfd, void *arg)
 			return 3;
 		if (step == 6)
 			break;
-		if (fake_recv(cfd, &m, 5000) < 0 || m.type != CKPT_MSG_QUERY)
-			return 4;
+		usleep(300 * 1000);
 		close(cfd);
 	}
 	while (fake_recv(cfd, &m, 5000) == 0)
@@ -85,14 +84,18 @@ int main(void)
 	CHECK_EQ(ckpt_next_event(ctx, &st), 0);
 	CHECK_EQ(readable(fd0, 0), 0);
 
-	/* ckpt_wait of an unknown step asks ckptd (QUERY): this fake's cue
-	 * to hang up, so the wait ends disconnected. */
-	CHECK_EQ(ckpt_wait(ctx, 77, 3000, &st), -CKPT_E_DISCONNECTED);
-	/* The drop was news; still the same descriptor, and valid. */
+	/* ckptd hangs up: readable; ckpt_poll finds the connection gone.
+	 * Still the same descriptor, and valid. */
+	CHECK_EQ(readable(fd0, 3000), 1);
+	CHECK_EQ(ckpt_poll(ctx, 5, &st), 0);
+	CHECK_EQ(st.state, CKPT_STATE_COMMITTED);
+	CHECK(ckpt_arena(ctx, NULL) == NULL);
 	CHECK_EQ(ckpt_fd(ctx), fd0);
 	CHECK(fcntl(fd0, F_GETFD) >= 0);
+	/* The drop is news until the event consumer has seen everything. */
+	CHECK_EQ(ckpt_wait(ctx, 77, 100, &st), -CKPT_E_DISCONNECTED);
 	CHECK_EQ(readable(fd0, 0), 1);
-	CHECK_EQ(ckpt_poll(ctx, 5, &st), 0);
+	CHECK_EQ(ckpt_next_event(ctx, &st), 0);
 	CHECK_EQ(readable(fd0, 0), 0);
 
 	/* Reconnected: same descriptor, and it carries the new

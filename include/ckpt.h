@@ -115,15 +115,23 @@ CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
  *
  * Versioning: struct_size is 0 (what a designated or zero initialiser
  * gives: "the original layout", name .. shape) or sizeof(ckpt_tensor_desc)
- * of the ckpt.h the caller was built against. Fields appended later are
- * read only when struct_size covers them, and a struct_size larger than
- * this library's struct is accepted when the bytes it does not know are
- * zero (else -E2BIG). ckpt_restore_tensor_at() writes the original fields
- * when struct_size is 0, else every field struct_size covers (zeroing
- * those it does not know), and never writes past struct_size.
+ * of the ckpt.h the caller was built against. Zero the struct (or use an
+ * initialiser) before filling it in.
+ *  - Calls reading it (ckpt_tensor_bytes, ckpt_save_add,
+ *    ckpt_save_reserve) read the original fields when struct_size is
+ *    smaller than a layout holding it (0 included), else the fields it
+ *    covers. A struct_size larger than this library's struct (a newer
+ *    ckpt.h) is accepted when the bytes it does not know are zero, else
+ *    -E2BIG; one above 1024 is -E2BIG without being read.
+ *  - ckpt_restore_tensor_at() fills it and needs nothing set: with
+ *    struct_size below a layout holding it, or above 1024, it writes the
+ *    original fields only; else the fields both its struct and the
+ *    caller's hold, leaving struct_size and fields it does not know as
+ *    they were. Set struct_size = sizeof(ckpt_tensor_desc) to get fields
+ *    appended after the original ones.
  * Binaries built against libckpt 0.1's ckpt.h, whose struct ends at shape,
- * bind to the LIBCKPT_0.1 versions of the calls taking it, which read and
- * write only that layout.
+ * bind to the LIBCKPT_0.1 versions of these calls, which read and write
+ * only that layout.
  */
 typedef struct ckpt_tensor_desc {
 	/* 1..255 bytes of valid UTF-8; no '/', no control characters

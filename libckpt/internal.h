@@ -216,8 +216,11 @@ void ctx_drop(ckpt_ctx *ctx, int error, const char *why);
 /* util.c: validate a descriptor (name too if check_name) and compute its
  * byte size. 0, -CKPT_E_BAD_NAME, -EINVAL or -EOVERFLOW. */
 int tensor_desc_check(const ckpt_tensor_desc *desc, bool check_name, uint64_t *bytes);
+/* The largest struct_size of a ckpt_tensor_desc taken as a size (a newer
+ * ckpt.h's); a larger one is refused without reading past our struct. */
+#define CKPT_TENSOR_DESC_MAX_BYTES 1024u
 /* Copy what the caller's descriptor holds (by its struct_size) into a
- * full one of this library's layout. 0, -EINVAL or -E2BIG. */
+ * full one of this library's layout. 0 or -E2BIG. */
 int tensor_desc_load(const ckpt_tensor_desc *in, ckpt_tensor_desc *out);
 /* The 0.1 layout, as a descriptor of this library's. */
 void tensor_desc_from_v0_1(const struct ckpt_tensor_desc_v0_1 *in, ckpt_tensor_desc *out);

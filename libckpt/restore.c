@@ -197,7 +197,6 @@ CKPT_EXPORT int ckpt_restore_tensor_count(const ckpt_restore *r)
 static void restore_desc_fill(const struct ckpt_tensor *t, ckpt_tensor_desc *desc)
 {
 	memset(desc, 0, sizeof(*desc));
-	desc->struct_size = (uint32_t)sizeof(*desc);
 	desc->name = t->name;
 	desc->dtype = t->dtype;
 	desc->ndim = t->ndim;
@@ -219,19 +218,20 @@ CKPT_EXPORT int restore_tensor_at_impl(const ckpt_restore *r, int i, ckpt_tensor
 
 	if (!r || !desc || i < 0 || (uint32_t)i >= r->table.count)
 		return -EINVAL;
+	/* An out-parameter: callers of the original API never had to set
+	 * struct_size, so it may be anything. Below a layout with it, or
+	 * past any plausible one, only the original fields are written
+	 * (every caller has those); else no more than both structs hold.
+	 * Fields of a newer caller that this library does not know are
+	 * left as they are. */
 	size = desc->struct_size;
-	if (size != 0 && size < v0_1 + sizeof(desc->struct_size))
-		return -EINVAL;
 	restore_desc_fill(&r->table.tensors[i], &full);
-	if (size == 0) {
-		memcpy(desc, &full, v0_1); /* struct_size stays 0 */
+	if (size < v0_1 + sizeof(desc->struct_size) || size > CKPT_TENSOR_DESC_MAX_BYTES) {
+		memcpy(desc, &full, v0_1);
 		return 0;
 	}
-	/* A newer caller's fields that this library does not know: unset. */
-	if (size > sizeof(full))
-		memset((char *)desc + sizeof(full), 0, size - sizeof(full));
+	full.struct_size = size;
 	memcpy(desc, &full, size < sizeof(full) ? size : sizeof(full));
-	desc->struct_size = size;
 	return 0;
 }
 

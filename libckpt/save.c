@@ -269,8 +269,9 @@ static int save_desc_load(ckpt_save *save, const ckpt_tensor_desc *desc, ckpt_te
 		snprintf(save->why, sizeof(save->why),
 			 "step %llu: tensor descriptor with struct_size %u: %s",
 			 (unsigned long long)save->step, desc->struct_size,
-			 r == -E2BIG ? "sets fields this libckpt does not know"
-				     : "smaller than any layout");
+			 desc->struct_size > CKPT_TENSOR_DESC_MAX_BYTES
+				 ? "not a size of any layout (set it to 0 or sizeof)"
+				 : "sets fields this libckpt does not know");
 	return r;
 }
 

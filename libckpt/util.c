@@ -108,12 +108,16 @@ int tensor_desc_load(const ckpt_tensor_desc *in, ckpt_tensor_desc *out)
 	uint32_t size = in->struct_size;
 
 	memset(out, 0, sizeof(*out));
-	if (size == 0) {
+	/* 0, and anything short of a layout with struct_size in it (such as
+	 * what a caller that never set the field left there): the original
+	 * fields, which every caller has. */
+	if (size < v0_1 + sizeof(in->struct_size)) {
 		memcpy(out, in, v0_1);
 		return 0;
 	}
-	if (size < v0_1 + sizeof(in->struct_size))
-		return -EINVAL;
+	/* Past any plausible layout: not read at all. */
+	if (size > CKPT_TENSOR_DESC_MAX_BYTES)
+		return -E2BIG;
 	/* A newer caller's fields that this library does not know must be
 	 * unset: ignoring a set one would misread the tensor. */
 	for (size_t i = sizeof(*out); i < size; i++)

@@ -22,7 +22,7 @@
 #include "fake.h"
 
 #define SLOT_BYTES (256u << 10)
-#define NTENSORS 5
+#define NTENSORS 6
 
 /* libckpt 0.1's ckpt_tensor_desc, as a binary built then has it. */
 struct desc_v0_1 {
@@ -142,7 +142,7 @@ int main(void)
 	struct desc_newer dn = { 0 };
 	struct desc_v0_1 *old = at_page_end(sizeof(*old));
 	ckpt_tensor_desc *cur_end = at_page_end(sizeof(ckpt_tensor_desc));
-	ckpt_tensor_desc small = d0, out;
+	ckpt_tensor_desc small = d0, out, *garbage = at_page_end(sizeof(ckpt_tensor_desc));
 	struct desc_newer nout;
 	add_v0_1_fn add_v0_1;
 	bytes_v0_1_fn bytes_v0_1;
@@ -154,7 +154,7 @@ int main(void)
 	size_t blob_len;
 	void *lib, *dst;
 
-	CHECK(old && cur_end);
+	CHECK(old && cur_end && garbage);
 	lib = dlopen("libckpt.so.0", RTLD_NOW | RTLD_NOLOAD);
 	CHECK(lib != NULL);
 	add_v0_1 = (add_v0_1_fn)dlvsym(lib, "ckpt_save_add", "LIBCKPT_0.1");
@@ -193,8 +193,20 @@ int main(void)
 	CHECK_EQ(ckpt_save_add(s, &dn.d, buf), -E2BIG);
 	CHECK(strstr(ckpt_save_error(s), "struct_size") != NULL);
 	CHECK_EQ(ckpt_tensor_bytes(&dn.d), 0);
+	/* What a caller that never set struct_size may leave: small values
+	 * are the original layout, huge ones refused unread (the struct
+	 * ends at an unmapped page). */
+	*garbage = d0;
+	garbage->name = "garbage";
+	garbage->struct_size = 0xdeadbeef;
+	CHECK_EQ(ckpt_save_add(s, garbage, buf), -E2BIG);
+	CHECK(strstr(ckpt_save_error(s), "not a size") != NULL);
+	CHECK_EQ(ckpt_tensor_bytes(garbage), 0);
 	small.struct_size = 8;
-	CHECK_EQ(ckpt_save_add(s, &small, buf), -EINVAL);
+	small.name = "small";
+	small.global_shape[0] = small.shape[0] = 13;
+	CHECK_EQ(ckpt_tensor_bytes(&small), 13);
+	CHECK_EQ(ckpt_save_add(s, &small, buf), 0);
 	CHECK_EQ(ckpt_save_set_blob(s, "hello-blob", 10), 0);
 	CHECK_EQ(ckpt_save_finish(s), 0);
 
@@ -204,12 +216,13 @@ int main(void)
 	memset(&out, 0, sizeof(out));
 	CHECK_EQ(ckpt_restore_tensor_at(rs, 0, &out), 0);
 	CHECK(strcmp(out.name, "zero") == 0 && out.shape[0] == 8 && out.struct_size == 0);
-	/* A newer caller's unknown field is cleared, its size kept. */
-	memset(&nout, 0xff, sizeof(nout));
+	/* A newer caller's unknown field is left alone, its size kept. */
+	memset(&nout, 0, sizeof(nout));
+	nout.future = 42;
 	nout.d.struct_size = sizeof(nout);
 	CHECK_EQ(ckpt_restore_tensor_at(rs, 1, &nout.d), 0);
 	CHECK(strcmp(nout.d.name, "current") == 0 && nout.d.shape[0] == 9);
-	CHECK_EQ(nout.future, 0);
+	CHECK_EQ(nout.future, 42);
 	CHECK_EQ(nout.d.struct_size, sizeof(nout));
 	/* Ending at unmapped memory: nothing past the caller's struct. */
 	memset(old, 0, sizeof(*old));
@@ -219,8 +232,16 @@ int main(void)
 	cur_end->struct_size = sizeof(*cur_end);
 	CHECK_EQ(ckpt_restore_tensor_at(rs, 4, cur_end), 0);
 	CHECK(strcmp(cur_end->name, "cur-end") == 0 && cur_end->shape[0] == 12);
+	/* Nothing set, as callers of the original API do: anything in
+	 * struct_size is fine, and nothing past the struct is written. */
+	memset(garbage, 0, sizeof(*garbage));
+	garbage->struct_size = 0xdeadbeef;
+	CHECK_EQ(ckpt_restore_tensor_at(rs, 5, garbage), 0);
+	CHECK(strcmp(garbage->name, "small") == 0 && garbage->shape[0] == 13);
+	CHECK_EQ(garbage->struct_size, 0xdeadbeef);
 	out.struct_size = 8;
-	CHECK_EQ(ckpt_restore_tensor_at(rs, 0, &out), -EINVAL);
+	CHECK_EQ(ckpt_restore_tensor_at(rs, 0, &out), 0);
+	CHECK(strcmp(out.name, "zero") == 0 && out.struct_size == 8);
 
 	CHECK_EQ(ckpt_restore_blob_ptr(rs, &blob, &blob_len), 0);
 	CHECK_EQ(blob_len, 10);

@@ -204,10 +204,10 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out);
  * without sending anything or taking the context's lock (which another
  * thread of the parent may have held at the fork), and the parent's
  * connection goes on unaffected. Every other call on the context in the
- * child fails with -CKPT_E_DISCONNECTED (ckpt_poll() and ckpt_wait() with
- * that error, ckpt_next_event() returns it too; handle calls that would
- * reach ckptd only free the handle): the child connects anew if it needs
- * ckptd.
+ * child that would read or write the socket returns -CKPT_E_DISCONNECTED
+ * (ckpt_arena() returns NULL); ckpt_save_finish(), ckpt_save_abort() and
+ * ckpt_restore_close() of a handle only free it there. A child that needs
+ * ckptd connects anew.
  */
 CKPT_EXPORT void ckpt_close(ckpt_ctx *ctx);
 

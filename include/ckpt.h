@@ -10,8 +10,23 @@
  *    negative value on failure: -errno for system errors, or -CKPT_E_* for
  *    service errors. ckpt_strerror() names both.
  *  - Nothing here logs, exits or keeps global state. A ckpt_ctx may be used
- *    from several threads; calls on one context are serialised internally.
- *    A ckpt_save or ckpt_restore handle belongs to one thread at a time.
+ *    from several threads. Calls on one context take a lock of the context
+ *    only for what they do in memory and for non-blocking socket I/O: a
+ *    call that waits for ckptd (ckpt_restore_open() of a large step,
+ *    ckpt_list(), ckpt_latest(), ckpt_wait(), ckpt_save_finish() waiting
+ *    for SAVE_OK, a connect or reconnect) waits with the lock released, so
+ *    ckpt_poll(), ckpt_next_event() and ckpt_fd() on other threads keep
+ *    answering at once. Replies reach the call that asked, whichever thread
+ *    read them off the socket; outcomes (STATUS) read by any thread are
+ *    recorded for all. A ckpt_save or ckpt_restore handle belongs to one
+ *    thread at a time.
+ *  - Sizes: byte counts of memory the caller holds or maps are size_t (the
+ *    arena is mapped whole, so nothing in it exceeds SIZE_MAX); sizes of
+ *    tensors and slots, and step numbers, are uint64_t. Counts returned as
+ *    int are bounded far below INT_MAX (CKPT_MAX_TENSORS tensors of a
+ *    rank, committed steps of a job).
+ *  - Structs the caller passes in (ckpt_options, ckpt_tensor_desc) carry a
+ *    struct_size, so that fields can be appended without an ABI break.
  *  - Free functions accept NULL.
  */
 #ifndef CKPT_H
@@ -31,7 +46,7 @@ extern "C" {
 #endif
 
 #define CKPT_VERSION_MAJOR 0
-#define CKPT_VERSION_MINOR 1
+#define CKPT_VERSION_MINOR 2
 
 /* Service errors, returned negated. Values are pinned: never renumber. */
 enum ckpt_error {
@@ -97,6 +112,26 @@ CKPT_EXPORT const char *ckpt_dtype_name(int dtype);
  * [offset[d], offset[d] + shape[d]) of a tensor of global_shape, stored
  * row-major (C order). A tensor that is not split has offset 0 and
  * shape == global_shape.
+ *
+ * Versioning: struct_size is 0 (what a designated or zero initialiser
+ * gives: "the original layout", name .. shape) or sizeof(ckpt_tensor_desc)
+ * of the ckpt.h the caller was built against. Zero the struct (or use an
+ * initialiser) before filling it in.
+ *  - Calls reading it (ckpt_tensor_bytes, ckpt_save_add,
+ *    ckpt_save_reserve) read the original fields when struct_size is
+ *    smaller than a layout holding it (0 included), else the fields it
+ *    covers. A struct_size larger than this library's struct (a newer
+ *    ckpt.h) is accepted when the bytes it does not know are zero, else
+ *    -E2BIG; one above 1024 is -E2BIG without being read.
+ *  - ckpt_restore_tensor_at() fills it and needs nothing set: with
+ *    struct_size below a layout holding it, or above 1024, it writes the
+ *    original fields only; else the fields both its struct and the
+ *    caller's hold, leaving struct_size and fields it does not know as
+ *    they were. Set struct_size = sizeof(ckpt_tensor_desc) to get fields
+ *    appended after the original ones.
+ * Binaries built against libckpt 0.1's ckpt.h, whose struct ends at shape,
+ * bind to the LIBCKPT_0.1 versions of these calls, which read and write
+ * only that layout.
  */
 typedef struct ckpt_tensor_desc {
 	/* 1..255 bytes of valid UTF-8; no '/', no control characters
@@ -108,6 +143,8 @@ typedef struct ckpt_tensor_desc {
 	uint64_t global_shape[CKPT_MAX_DIMS];
 	uint64_t offset[CKPT_MAX_DIMS];
 	uint64_t shape[CKPT_MAX_DIMS];
+	/* 0 or sizeof(ckpt_tensor_desc); see above. New fields go after it. */
+	uint32_t struct_size;
 } ckpt_tensor_desc;
 
 /* Bytes of the slice the descriptor describes, or 0 if it is invalid. */
@@ -155,15 +192,30 @@ typedef struct ckpt_options {
  */
 CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out);
 
-/* Close the connection and unmap the arena. Open save and restore handles
- * of this context must be finished or closed first. */
+/*
+ * Close the connection and unmap the arena. Open save and restore handles
+ * of this context must be finished or closed first, and no other thread
+ * may be in a call on the context.
+ *
+ * After fork(): the child's copy of a context shares the parent's socket.
+ * A context knows the process that connected it; in any other process
+ * (a forked child) ckpt_close() only drops the child's copy (closes the
+ * child's descriptors, unmaps the child's mapping, frees its memory)
+ * without sending anything or taking the context's lock (which another
+ * thread of the parent may have held at the fork), and the parent's
+ * connection goes on unaffected. Every other call on the context in the
+ * child that would read or write the socket returns -CKPT_E_DISCONNECTED
+ * (ckpt_arena() returns NULL); ckpt_save_finish(), ckpt_save_abort() and
+ * ckpt_restore_close() of a handle only free it there. A child that needs
+ * ckptd connects anew.
+ */
 CKPT_EXPORT void ckpt_close(ckpt_ctx *ctx);
 
 /*
  * Reconnect after ckptd went away (-CKPT_E_DISCONNECTED). Outcomes of saves
  * not yet reported are reported as failed with -CKPT_E_DISCONNECTED.
  * ckpt_save_begin() reconnects by itself; this is for callers that want to
- * know sooner.
+ * know sooner. ckpt_fd() stays the same descriptor across a reconnect.
  */
 CKPT_EXPORT int ckpt_reconnect(ckpt_ctx *ctx);
 
@@ -261,7 +313,9 @@ typedef struct ckpt_status {
 
 /*
  * Read what ckptd has reported so far, without blocking, and fill *st with
- * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX).
+ * what is known of `step`. Returns 0 (-ERANGE past CKPT_STEP_MAX;
+ * -CKPT_E_DISCONNECTED in a forked child, see ckpt_close()). Never waits
+ * behind another thread's call that waits for ckptd.
  */
 CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st);
 
@@ -279,7 +333,23 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms,
  */
 CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st);
 
-/* File descriptor that becomes readable when ckptd has news (for poll()). */
+/*
+ * A descriptor for poll(), epoll or an event loop (asyncio's add_reader):
+ * readable while ckptd's socket holds a message not read yet, and from
+ * the moment any thread of the process records news (an event queued for
+ * ckpt_next_event(), or a lost connection, whose pending steps become
+ * FAILED) until ckpt_next_event() returns 0. A loop on it calls
+ * ckpt_next_event() until it returns 0; ckpt_poll() and ckpt_wait() read
+ * the socket but leave the news for the event consumer. Only wait on it
+ * for readability; never read, write or close it.
+ *
+ * The descriptor is the same from ckpt_connect() to ckpt_close(): it
+ * survives reconnects (by ckpt_reconnect() or the automatic one in
+ * ckpt_save_begin()) and is valid while disconnected, so a loop may
+ * register it once. (Before libckpt 0.2 it was the socket itself, which a
+ * reconnect replaced, and -CKPT_E_DISCONNECTED while disconnected.)
+ * Returns the descriptor, or -EINVAL for a NULL context.
+ */
 CKPT_EXPORT int ckpt_fd(const ckpt_ctx *ctx);
 
 /* ---- Listing ---------------------------------------------------------- */
@@ -297,7 +367,10 @@ CKPT_EXPORT int ckpt_latest(ckpt_ctx *ctx, uint64_t *step);
 /*
  * Committed steps, oldest first (the same source as ckpt_latest()). Writes
  * at most `cap` to steps and returns how many there are in all (which may
- * exceed cap).
+ * exceed cap). ckptd reports at most 2^32 - 1 steps in all; a count above
+ * INT_MAX is returned as INT_MAX. ckptd sends the newest steps it can
+ * fit in one reply (400): with more, the first ones written are not the
+ * oldest committed.
  */
 CKPT_EXPORT int ckpt_list(ckpt_ctx *ctx, uint64_t *steps, size_t cap);
 
@@ -384,8 +457,15 @@ CKPT_EXPORT int ckpt_restore_tensor_ptr(ckpt_restore *r, const char *name,
 					const void **data, size_t *len);
 
 /* Copy the user blob into buf; returns its length (which may exceed cap, in
- * which case nothing is copied: call again with a larger buffer). */
+ * which case nothing is copied: call again with a larger buffer). A blob
+ * longer than INT_MAX bytes cannot be returned this way (-EOVERFLOW): use
+ * ckpt_restore_blob_ptr(), which has no such limit. */
 CKPT_EXPORT int ckpt_restore_blob(ckpt_restore *r, void *buf, size_t cap);
+
+/* Where the user blob's bytes are in the arena (read-only, valid until
+ * close), and its length; *data NULL and *len 0 if the save had none.
+ * Returns 0. Since libckpt 0.2 (LIBCKPT_0.2). */
+CKPT_EXPORT int ckpt_restore_blob_ptr(ckpt_restore *r, const void **data, size_t *len);
 
 /* Release the slot. */
 CKPT_EXPORT void ckpt_restore_close(ckpt_restore *r);

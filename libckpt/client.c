@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libckpt connection handling: connect and handshake, the one reader of
- * the socket (which applies every STATUS it meets), step records, events,
- * listing and reconnects.
+ * libckpt connection handling: connect and handshake, reading the socket
+ * (any call may drain it under the lock, one at a time may wait on it with
+ * the lock released; replies go to their waiters, STATUS to the records),
+ * step records, events, listing and reconnects.
  */
 #include <errno.h>
 #include <stddef.h>
@@ -13,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,6 +33,9 @@
  * so that a reconnect by another thread is noticed. */
 #define CKPT_WAIT_SLICE_MS 200
 #define CKPT_MAX_RECV_FDS 8
+/* A STATUS answering one of our last this many requests whose caller gave
+ * up waiting (a QUERY with a timeout) is applied, not a protocol error. */
+#define CKPT_SEQ_WINDOW 4096u
 
 struct conn {
 	int fd;
@@ -381,6 +387,11 @@ static int conn_open(const char *path, const struct ckpt_msg_hello *hello, int t
 
 static void ctx_install(ckpt_ctx *ctx, struct conn *c, uint8_t *slots)
 {
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	/* The socket joins ckpt_fd()'s set; failing that (no memory), the
+	 * connection still works, only ckpt_fd() misses its readiness. */
+	(void)epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, c->fd, &ev);
 	ctx->fd = c->fd;
 	ctx->arena = c->arena;
 	ctx->slots = slots;
@@ -415,11 +426,91 @@ static int ctx_connect_now(ckpt_ctx *ctx, int timeout_ms, char *why, size_t whyl
 	return 0;
 }
 
+static void eventfd_signal(int fd)
+{
+	uint64_t one = 1;
+
+	(void)!write(fd, &one, sizeof(one));
+}
+
+static void eventfd_clear(int fd)
+{
+	uint64_t v;
+
+	(void)!read(fd, &v, sizeof(v));
+}
+
+void ctx_notify(ckpt_ctx *ctx)
+{
+	pthread_cond_broadcast(&ctx->cond);
+	if (ctx->polling)
+		eventfd_signal(ctx->wake_fd);
+}
+
+void ctx_news_clear(ckpt_ctx *ctx)
+{
+	eventfd_clear(ctx->news_fd);
+}
+
+/* Sleep on ctx->cond for at most timeout_ms (< 0: until woken). */
+static void cond_wait_ms(ckpt_ctx *ctx, int timeout_ms)
+{
+	struct timespec ts;
+
+	if (timeout_ms < 0) {
+		pthread_cond_wait(&ctx->cond, &ctx->lock);
+		return;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += timeout_ms / 1000;
+	ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	(void)pthread_cond_timedwait(&ctx->cond, &ctx->lock, &ts);
+}
+
+/*
+ * Connect with ctx->lock released: a handshake may take minutes (ckptd
+ * faults in a large arena), and nothing of the context is needed for it
+ * but the immutable options. One thread connects; the others wait for
+ * its outcome, and try themselves if it failed.
+ */
 int ctx_ensure_connected(ckpt_ctx *ctx, int timeout_ms)
 {
-	if (ctx->fd >= 0)
-		return 0;
-	return ctx_connect_now(ctx, timeout_ms, NULL, 0);
+	int64_t deadline = ckpt_mono_ms() + timeout_ms;
+	struct conn c = { .fd = -1 };
+	uint8_t *slots = NULL;
+	int r;
+
+	for (;;) {
+		if (ctx->fd >= 0)
+			return 0;
+		if (!ctx->connecting)
+			break;
+		if (remaining_ms(deadline) == 0)
+			return -ETIMEDOUT;
+		cond_wait_ms(ctx, remaining_ms(deadline));
+	}
+	ctx->connecting = true;
+	pthread_mutex_unlock(&ctx->lock);
+	r = conn_open(ctx->socket_path, &ctx->hello, remaining_ms(deadline),
+		      (int)ctx->handshake_timeout_ms, &c, NULL, 0);
+	if (r == 0) {
+		slots = calloc(c.ok.slots, 1);
+		if (!slots) {
+			close(c.fd);
+			ctx_arena_unref(c.arena);
+			r = -ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&ctx->lock);
+	ctx->connecting = false;
+	if (r == 0)
+		ctx_install(ctx, &c, slots);
+	ctx_notify(ctx);
+	return r;
 }
 
 /* ---- Step records and events ------------------------------------------ */
@@ -488,6 +579,8 @@ void ctx_record(ckpt_ctx *ctx, uint64_t step, int state, int error, const char *
 	rec->st.error = error;
 	snprintf(rec->st.reason, sizeof(rec->st.reason), "%s", reason ? reason : "");
 	event_push(ctx, &rec->st);
+	eventfd_signal(ctx->news_fd);
+	ctx_notify(ctx);
 }
 
 /*
@@ -501,8 +594,14 @@ void ctx_drop(ckpt_ctx *ctx, int error, const char *why)
 
 	if (ctx->fd < 0)
 		return;
+	/* Out of ckpt_fd()'s set first: a poller's duplicate of the socket
+	 * would keep it there. */
+	(void)epoll_ctl(ctx->epoll_fd, EPOLL_CTL_DEL, ctx->fd, NULL);
 	close(ctx->fd);
 	ctx->fd = -1;
+	ctx->drop_error = error;
+	eventfd_signal(ctx->news_fd);
+	ctx_notify(ctx);
 	ctx_arena_unref(ctx->arena);
 	ctx->arena = NULL;
 	free(ctx->slots);
@@ -539,6 +638,28 @@ static void ctx_apply_status(ckpt_ctx *ctx, const struct ckpt_msg_status *s)
 	ctx_record(ctx, s->step, (int)s->state, error, s->reason);
 }
 
+/*
+ * ckptd took a save: the slot is its own from now on, and the step is
+ * pending. Applied when SAVE_OK is read, by whichever thread reads it, so
+ * that the STATUS behind it (which may free the slot or finish the step)
+ * is applied after it, as ckptd sent them.
+ */
+static void ctx_apply_save_ok(ckpt_ctx *ctx, const struct ckpt_msg_save *req,
+			      const struct ckpt_msg_save_ok *ok)
+{
+	char reason[256];
+
+	if (ok->step != req->step || ok->slot != req->slot || !ctx->slots ||
+	    ok->slot >= ctx->slot_count || ctx->slots[ok->slot] != SLOT_SAVING)
+		return; /* ckpt_save_finish() drops the connection for it */
+	ctx->slots[ok->slot] = SLOT_DAEMON;
+	ctx->have_last_step = true;
+	ctx->last_step = ok->step;
+	snprintf(reason, sizeof(reason), "rank %u step %llu: accepted by ckptd", ctx->hello.rank,
+		 (unsigned long long)ok->step);
+	ctx_record(ctx, ok->step, CKPT_STATE_PENDING, 0, reason);
+}
+
 /* ---- The socket reader -------------------------------------------------- */
 
 static const char *drop_reason(int err)
@@ -558,27 +679,52 @@ static int ctx_recv(ckpt_ctx *ctx, struct ckpt_msg *m)
 	return r;
 }
 
-/*
- * Handle one message. Returns 1 if it answers seq (copied to *reply), 0 if
- * consumed here, or a negative error after dropping the connection.
- */
-static int ctx_dispatch(ckpt_ctx *ctx, const struct ckpt_msg *m, uint32_t seq,
-			struct ckpt_msg *reply)
+static struct ckpt_waiter *waiter_find(ckpt_ctx *ctx, uint32_t seq)
 {
-	for (struct ctx_waiter *w = ctx->waiters; w; w = w->next) {
-		if (m->seq != 0 && m->seq == w->seq && m->seq != seq) {
-			w->reply = *m;
+	for (struct ckpt_waiter *w = ctx->waiters; w; w = w->next)
+		if (!w->done && w->seq == seq && w->generation == ctx->generation)
+			return w;
+	return NULL;
+}
+
+/* Whether seq is one of our recent requests on this connection. */
+static bool seq_issued(const ckpt_ctx *ctx, uint32_t seq)
+{
+	uint32_t back = ctx->next_seq - seq;
+
+	return seq != 0 && back >= 1 && back <= CKPT_SEQ_WINDOW;
+}
+
+/*
+ * Handle one message: a reply goes to the waiter of its seq, STATUS to
+ * the records. Returns 0, or a negative error after dropping the
+ * connection.
+ */
+static int ctx_dispatch(ckpt_ctx *ctx, const struct ckpt_msg *m)
+{
+	if (m->seq != 0) {
+		struct ckpt_waiter *w = waiter_find(ctx, m->seq);
+
+		if (m->type == CKPT_MSG_STATUS && (w || seq_issued(ctx, m->seq))) {
+			/* An answer to QUERY: news for everyone, even when
+			 * its caller stopped waiting. */
+			ctx_apply_status(ctx, &m->u.status);
+		}
+		if (w) {
+			if (w->request && w->request->type == CKPT_MSG_SAVE &&
+			    m->type == CKPT_MSG_SAVE_OK)
+				ctx_apply_save_ok(ctx, &w->request->u.save, &m->u.save_ok);
+			*w->reply = *m;
 			w->done = true;
+			ctx_notify(ctx);
 			return 0;
 		}
+		if (m->type == CKPT_MSG_STATUS && seq_issued(ctx, m->seq))
+			return 0;
+		ctx_drop(ctx, -CKPT_E_PROTOCOL, "unexpected message from ckptd");
+		return -CKPT_E_PROTOCOL;
 	}
-	if (seq != 0 && (m->seq == seq || (m->seq == 0 && m->type == CKPT_MSG_ERROR))) {
-		if (m->type == CKPT_MSG_STATUS)
-			ctx_apply_status(ctx, &m->u.status);
-		*reply = *m;
-		return 1;
-	}
-	if (m->seq == 0 && m->type == CKPT_MSG_STATUS) {
+	if (m->type == CKPT_MSG_STATUS) {
 		/* ckptd's features notice (PROTOCOL.md, Semantics 10); to
 		 * ctx_apply_status it would be a no-op, as it is to older
 		 * releases of this library. */
@@ -588,10 +734,23 @@ static int ctx_dispatch(ckpt_ctx *ctx, const struct ckpt_msg *m, uint32_t seq,
 			ctx_apply_status(ctx, &m->u.status);
 		return 0;
 	}
-	if (m->seq == 0 && m->type == CKPT_MSG_ERROR) {
-		/* ckptd is about to close us; say why. */
+	if (m->type == CKPT_MSG_ERROR) {
+		/* ckptd is about to close us; say why: as the answer of every
+		 * request waiting, else by dropping the connection. */
 		int code = daemon_error(m->u.error.code);
+		bool answered = false;
 
+		for (struct ckpt_waiter *w = ctx->waiters; w; w = w->next) {
+			if (w->done || w->generation != ctx->generation)
+				continue;
+			*w->reply = *m;
+			w->done = true;
+			answered = true;
+		}
+		if (answered) {
+			ctx_notify(ctx);
+			return 0;
+		}
 		ctx_drop(ctx, code, m->u.error.message);
 		return code;
 	}
@@ -614,28 +773,109 @@ int ctx_send(ckpt_ctx *ctx, struct ckpt_msg *m)
 	return r;
 }
 
-int ctx_await(ckpt_ctx *ctx, uint32_t seq, int timeout_ms, struct ckpt_msg *reply)
+/* Drain, stopping once *done is set: what came after our reply is read
+ * after the caller has handled it, as ckptd sent them. */
+static int ctx_drain_until(ckpt_ctx *ctx, const bool *done)
 {
-	int64_t deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	struct ckpt_msg m;
 	int r;
 
-	for (;;) {
+	while (ctx->fd >= 0 && !*done) {
 		r = ctx_recv(ctx, &m);
-		if (r < 0)
+		if (r <= 0)
 			return r;
-		if (r == 1) {
-			r = ctx_dispatch(ctx, &m, seq, reply);
-			if (r < 0)
-				return r;
-			if (r == 1)
-				return 0;
-			continue;
-		}
-		r = wait_readable(ctx->fd, remaining_ms(deadline));
+		r = ctx_dispatch(ctx, &m);
 		if (r < 0)
 			return r;
 	}
+	return *done ? 0 : -CKPT_E_DISCONNECTED;
+}
+
+void ctx_wait_io(ckpt_ctx *ctx, int timeout_ms)
+{
+	struct pollfd p[2];
+	int fd;
+
+	if (ctx->polling || ctx->fd < 0) {
+		cond_wait_ms(ctx, timeout_ms);
+		return;
+	}
+	/* A duplicate, so that a drop by another thread (which closes
+	 * ctx->fd, and may reuse its number) never leaves us polling a
+	 * descriptor that is not the socket; the drop wakes us. */
+	fd = fcntl(ctx->fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) {
+		cond_wait_ms(ctx, timeout_ms < 0 || timeout_ms > 10 ? 10 : timeout_ms);
+		return;
+	}
+	ctx->polling = true;
+	pthread_mutex_unlock(&ctx->lock);
+	p[0] = (struct pollfd){ .fd = fd, .events = POLLIN };
+	p[1] = (struct pollfd){ .fd = ctx->wake_fd, .events = POLLIN };
+	(void)poll(p, 2, timeout_ms);
+	pthread_mutex_lock(&ctx->lock);
+	close(fd);
+	/* Cleared with the lock held: a wake-up sent after this is for state
+	 * the caller has not checked yet, and the next poll sees it. */
+	eventfd_clear(ctx->wake_fd);
+	ctx->polling = false;
+	/* Another waiter may take over the socket. */
+	pthread_cond_broadcast(&ctx->cond);
+}
+
+int ctx_await(ckpt_ctx *ctx, uint32_t seq, int timeout_ms, struct ckpt_msg *reply)
+{
+	return ctx_await_request(ctx, seq, NULL, timeout_ms, reply);
+}
+
+int ctx_await_request(ckpt_ctx *ctx, uint32_t seq, const struct ckpt_msg *request,
+		      int timeout_ms, struct ckpt_msg *reply)
+{
+	int64_t deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
+	struct ckpt_waiter w = { .seq = seq, .generation = ctx->generation, .reply = reply,
+				 .request = request };
+	int r;
+
+	if (ctx->fd < 0)
+		return -CKPT_E_DISCONNECTED;
+	w.next = ctx->waiters;
+	ctx->waiters = &w;
+	for (;;) {
+		int left;
+
+		if (!w.done && ctx->fd >= 0 && ctx->generation == w.generation) {
+			r = ctx_drain_until(ctx, &w.done);
+			if (r < 0 && !w.done)
+				break;
+		}
+		/* The reply came on the connection it was asked on; that one
+		 * may have been dropped since (the caller checks, if it needs
+		 * the connection), but not replaced. */
+		if (w.done && (ctx->generation == w.generation || reply->type == CKPT_MSG_ERROR)) {
+			r = 0;
+			break;
+		}
+		if (ctx->fd < 0 || ctx->generation != w.generation) {
+			/* Dropped, here or by another thread (and maybe
+			 * reconnected since): the reply will never come. */
+			r = ctx->generation == w.generation && ctx->drop_error ? ctx->drop_error
+									      : -CKPT_E_DISCONNECTED;
+			break;
+		}
+		left = remaining_ms(deadline);
+		if (left == 0) {
+			r = -ETIMEDOUT;
+			break;
+		}
+		ctx_wait_io(ctx, left < 0 || left > CKPT_WAIT_SLICE_MS ? CKPT_WAIT_SLICE_MS : left);
+	}
+	for (struct ckpt_waiter **pp = &ctx->waiters; *pp; pp = &(*pp)->next) {
+		if (*pp == &w) {
+			*pp = w.next;
+			break;
+		}
+	}
+	return r;
 }
 
 int ctx_drain(ckpt_ctx *ctx)
@@ -647,7 +887,7 @@ int ctx_drain(ckpt_ctx *ctx)
 		r = ctx_recv(ctx, &m);
 		if (r <= 0)
 			return r;
-		r = ctx_dispatch(ctx, &m, 0, NULL);
+		r = ctx_dispatch(ctx, &m);
 		if (r < 0)
 			return r;
 	}
@@ -662,19 +902,6 @@ int ctx_find_free_slot(const ckpt_ctx *ctx)
 		if (ctx->slots[i] == SLOT_FREE)
 			return (int)i;
 	return -1;
-}
-
-/* Wait for fd with ctx->lock released, so that other threads (ckpt_poll,
- * ckpt_next_event) are not shut out while we sleep. */
-static void ctx_sleep_on_socket(ckpt_ctx *ctx, int timeout_ms)
-{
-	int fd = ctx->fd;
-
-	if (fd < 0)
-		return;
-	pthread_mutex_unlock(&ctx->lock);
-	(void)wait_readable(fd, timeout_ms);
-	pthread_mutex_lock(&ctx->lock);
 }
 
 int ctx_wait_free_slot(ckpt_ctx *ctx)
@@ -695,11 +922,60 @@ int ctx_wait_free_slot(ckpt_ctx *ctx)
 		 * wait forever. */
 		if (!daemon_holds)
 			return -CKPT_E_BUSY;
-		ctx_sleep_on_socket(ctx, CKPT_WAIT_SLICE_MS);
+		ctx_wait_io(ctx, CKPT_WAIT_SLICE_MS);
 	}
 }
 
 /* ---- Public API ----------------------------------------------------------- */
+
+static void close_if_open(int fd)
+{
+	if (fd >= 0)
+		close(fd);
+}
+
+static void ctx_sync_fini(ckpt_ctx *ctx)
+{
+	close_if_open(ctx->epoll_fd);
+	close_if_open(ctx->news_fd);
+	close_if_open(ctx->wake_fd);
+	pthread_cond_destroy(&ctx->cond);
+	pthread_mutex_destroy(&ctx->lock);
+}
+
+/* The lock, the condition variable and the descriptors that live as long
+ * as the context; on failure nothing is left. */
+static int ctx_sync_init(ckpt_ctx *ctx)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	pthread_condattr_t ca;
+	int r;
+
+	r = pthread_mutex_init(&ctx->lock, NULL);
+	if (r != 0)
+		return -r;
+	r = pthread_condattr_init(&ca);
+	if (r == 0) {
+		r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		if (r == 0)
+			r = pthread_cond_init(&ctx->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
+	if (r != 0) {
+		pthread_mutex_destroy(&ctx->lock);
+		return -r;
+	}
+	ctx->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	ctx->news_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	ctx->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ctx->epoll_fd < 0 || ctx->news_fd < 0 || ctx->wake_fd < 0 ||
+	    epoll_ctl(ctx->epoll_fd, EPOLL_CTL_ADD, ctx->news_fd, &ev) < 0) {
+		r = -errno;
+		ctx_sync_fini(ctx);
+		return r;
+	}
+	return 0;
+}
 
 /* Whether the caller's ckpt_options has the field (it may be built against
  * an older, shorter ckpt.h). */
@@ -760,6 +1036,14 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 	if (!ctx)
 		return connect_fail(why, whylen, -ENOMEM, "out of memory");
 	ctx->fd = -1;
+	ctx->epoll_fd = ctx->news_fd = ctx->wake_fd = -1;
+	ctx->owner_pid = getpid();
+	r = ctx_sync_init(ctx);
+	if (r < 0) {
+		free(ctx);
+		return connect_fail(why, whylen, r, "job %s rank %u: %s", opts->job, opts->rank,
+				    ckpt_strerror(r));
+	}
 	if (opts->socket_path) {
 		size_t plen = strlen(opts->socket_path);
 
@@ -791,14 +1075,6 @@ CKPT_EXPORT int ckpt_connect(const ckpt_options *opts, ckpt_ctx **out)
 	r = ctx_connect_now(ctx, (int)ctx->connect_timeout_ms, why, whylen);
 	if (r < 0)
 		goto fail;
-	r = pthread_mutex_init(&ctx->lock, NULL);
-	if (r != 0) {
-		r = -r;
-		close(ctx->fd);
-		ctx_arena_unref(ctx->arena);
-		free(ctx->slots);
-		goto fail;
-	}
 	*out = ctx;
 	return 0;
 
@@ -808,14 +1084,35 @@ fail:
 		connect_fail(why, whylen, r, "job %s rank %u: %s (socket %s)", opts->job,
 			     opts->rank, ckpt_strerror(r),
 			     ctx->socket_path[0] ? ctx->socket_path : "?");
+	ctx_sync_fini(ctx);
 	free(ctx);
 	return r;
+}
+
+/* A forked child's copy: drop it without a word to ckptd (the socket is
+ * the parent's too) and without the lock (a thread of the parent may
+ * have held it at the fork, and no thread of the parent is here to
+ * release it). What is freed and unmapped is the child's copy only. */
+static void ctx_close_forked(ckpt_ctx *ctx)
+{
+	if (ctx->fd >= 0)
+		close(ctx->fd);
+	close_if_open(ctx->epoll_fd);
+	close_if_open(ctx->news_fd);
+	close_if_open(ctx->wake_fd);
+	ctx_arena_unref(ctx->arena); /* handles of the child hold their own */
+	free(ctx->slots);
+	free(ctx);
 }
 
 CKPT_EXPORT void ckpt_close(ckpt_ctx *ctx)
 {
 	if (!ctx)
 		return;
+	if (ctx_forked(ctx)) {
+		ctx_close_forked(ctx);
+		return;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->fd >= 0) {
 		struct ckpt_msg m = { .type = CKPT_MSG_BYE };
@@ -828,7 +1125,7 @@ CKPT_EXPORT void ckpt_close(ckpt_ctx *ctx)
 	ctx_arena_unref(ctx->arena);
 	free(ctx->slots);
 	pthread_mutex_unlock(&ctx->lock);
-	pthread_mutex_destroy(&ctx->lock);
+	ctx_sync_fini(ctx);
 	free(ctx);
 }
 
@@ -838,6 +1135,8 @@ CKPT_EXPORT int ckpt_reconnect(ckpt_ctx *ctx)
 
 	if (!ctx)
 		return -EINVAL;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->fd >= 0)
 		(void)ctx_drain(ctx); /* notices a close that already happened */
@@ -862,7 +1161,7 @@ CKPT_EXPORT void *ckpt_arena(const ckpt_ctx *ctx, size_t *bytes)
 	void *base = NULL;
 	size_t len = 0;
 
-	if (c) {
+	if (c && !ctx_forked(c)) {
 		pthread_mutex_lock(&c->lock);
 		if (c->arena) {
 			base = c->arena->base;
@@ -879,7 +1178,7 @@ CKPT_EXPORT int ckpt_fd(const ckpt_ctx *ctx)
 {
 	if (!ctx)
 		return -EINVAL;
-	return ctx->fd >= 0 ? ctx->fd : -CKPT_E_DISCONNECTED;
+	return ctx->epoll_fd;
 }
 
 static void fill_status(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
@@ -901,6 +1200,8 @@ CKPT_EXPORT int ckpt_poll(ckpt_ctx *ctx, uint64_t step, ckpt_status *st)
 		return -EINVAL;
 	if (step > CKPT_STEP_MAX)
 		return -ERANGE;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx); /* a drop shows up in the records */
 	fill_status(ctx, step, st);
@@ -944,6 +1245,8 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 	/* No such step can be saved, nor asked about (ckptd would drop us). */
 	if (step > CKPT_STEP_MAX)
 		return -ERANGE;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	deadline = timeout_ms < 0 ? -1 : ckpt_mono_ms() + timeout_ms;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx);
@@ -966,8 +1269,7 @@ CKPT_EXPORT int ckpt_wait(ckpt_ctx *ctx, uint64_t step, int timeout_ms, ckpt_sta
 			r = -ETIMEDOUT;
 			break;
 		}
-		ctx_sleep_on_socket(ctx, left < 0 || left > CKPT_WAIT_SLICE_MS ? CKPT_WAIT_SLICE_MS
-									 : left);
+		ctx_wait_io(ctx, left < 0 || left > CKPT_WAIT_SLICE_MS ? CKPT_WAIT_SLICE_MS : left);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return r;
@@ -979,6 +1281,8 @@ CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st)
 
 	if (!ctx || !st)
 		return -EINVAL;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
 	(void)ctx_drain(ctx);
 	if (ctx->ev_count > 0) {
@@ -987,6 +1291,11 @@ CKPT_EXPORT int ckpt_next_event(ckpt_ctx *ctx, ckpt_status *st)
 		ctx->ev_count--;
 		r = 1;
 	}
+	/* Only the event consumer clears ckpt_fd's news, and only once it
+	 * has everything: a ckpt_wait() on another thread must not make an
+	 * event loop miss events (the socket itself stays level-triggered). */
+	if (ctx->ev_count == 0)
+		ctx_news_clear(ctx);
 	pthread_mutex_unlock(&ctx->lock);
 	return r;
 }
@@ -1023,6 +1332,8 @@ static int ctx_list_alloc(ckpt_ctx *ctx, struct ckpt_msg **out)
 	struct ckpt_msg *reply = malloc(sizeof(*reply));
 	int r;
 
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	if (!reply)
 		return -ENOMEM;
 	pthread_mutex_lock(&ctx->lock);

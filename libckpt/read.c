@@ -3,22 +3,17 @@
  * Ranged reads of any rank's items (PROTOCOL.md, READ_RANGES): the reads
  * are cut into rounds whose bytes fit one slot and whose message fits one
  * packet; ckptd fills the slot, and we copy each piece out into the
- * caller's memory. The context lock is let go while ckptd works and while
- * we copy, so that other threads' ckpt_poll() and ckpt_next_event() go on;
- * whoever reads our reply meanwhile parks it in our waiter.
+ * caller's memory. The context lock is let go while ckptd works
+ * (ctx_await) and while we copy, so that other threads' ckpt_poll() and
+ * ckpt_next_event() go on.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
-
-/* How long one look at the socket lasts with the lock released: another
- * thread may have read our reply into the waiter meanwhile. */
-#define READ_WAIT_SLICE_MS 20
 
 /* One piece of a round: bytes [at, at + len) of reads[read]. */
 struct read_piece {
@@ -62,43 +57,6 @@ static int read_check(const ckpt_read *rd)
 	if (rd->length > UINT64_MAX - rd->offset)
 		return -ERANGE;
 	return 0;
-}
-
-/* Wait for w's reply; ctx->lock held on entry and return, released while
- * waiting. */
-static int read_await(ckpt_ctx *ctx, struct ctx_waiter *w, uint64_t generation,
-		      struct ckpt_msg *reply)
-{
-	for (;;) {
-		struct pollfd p;
-		int r;
-
-		if (w->done) {
-			*reply = w->reply;
-			return 0;
-		}
-		if (ctx->fd < 0 || ctx->generation != generation)
-			return -CKPT_E_DISCONNECTED;
-		r = ctx_await(ctx, w->seq, 0, reply);
-		if (r != -ETIMEDOUT)
-			return r;
-		p.fd = ctx->fd;
-		p.events = POLLIN;
-		p.revents = 0;
-		pthread_mutex_unlock(&ctx->lock);
-		(void)poll(&p, 1, READ_WAIT_SLICE_MS);
-		pthread_mutex_lock(&ctx->lock);
-	}
-}
-
-static void waiter_remove(ckpt_ctx *ctx, struct ctx_waiter *w)
-{
-	for (struct ctx_waiter **p = &ctx->waiters; *p; p = &(*p)->next) {
-		if (*p == w) {
-			*p = w->next;
-			return;
-		}
-	}
 }
 
 /* Take the answer of one round: results, totals, bytes. ctx->lock held;
@@ -158,7 +116,6 @@ CKPT_EXPORT int ckpt_read_ranges(ckpt_ctx *ctx, uint64_t step, ckpt_read *reads,
 {
 	struct read_piece pieces[CKPT_READ_MAX];
 	struct ckpt_msg *m = NULL, *reply = NULL;
-	struct ctx_waiter *w = NULL;
 	struct ckpt_arena *arena = NULL;
 	const uint8_t *slot_base = NULL;
 	uint64_t generation = 0, slot_bytes = 0, at = 0;
@@ -167,6 +124,8 @@ CKPT_EXPORT int ckpt_read_ranges(ckpt_ctx *ctx, uint64_t step, ckpt_read *reads,
 
 	if (!ctx || (!reads && n))
 		return -EINVAL;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	if (step > CKPT_STEP_MAX)
 		return -ERANGE;
 	for (size_t i = 0; i < n; i++) {
@@ -175,10 +134,9 @@ CKPT_EXPORT int ckpt_read_ranges(ckpt_ctx *ctx, uint64_t step, ckpt_read *reads,
 	}
 	m = calloc(1, sizeof(*m));
 	reply = calloc(1, sizeof(*reply));
-	w = calloc(1, sizeof(*w));
 	pthread_mutex_lock(&ctx->lock);
 	ctx->read_error[0] = '\0';
-	if (!m || !reply || !w) {
+	if (!m || !reply) {
 		r = -ENOMEM;
 		goto out;
 	}
@@ -266,18 +224,16 @@ CKPT_EXPORT int ckpt_read_ranges(ckpt_ctx *ctx, uint64_t step, ckpt_read *reads,
 		}
 		if (count == 0)
 			continue;
-		w->seq = 0;
-		w->done = false;
 		r = ctx_send(ctx, m);
 		if (r < 0) {
 			reads_fail_rest(reads, n, pieces[0].read, r);
 			goto out;
 		}
-		w->seq = m->seq;
-		w->next = ctx->waiters;
-		ctx->waiters = w;
-		r = read_await(ctx, w, generation, reply);
-		waiter_remove(ctx, w);
+		/* Right after the send, with the lock still held: the waiter
+		 * is in place before anyone can read the reply. */
+		r = ctx_await(ctx, m->seq, -1, reply);
+		if (r == 0 && reply->type != CKPT_MSG_ERROR && ctx->generation != generation)
+			r = -CKPT_E_DISCONNECTED;
 		if (r < 0) {
 			reads_fail_rest(reads, n, pieces[0].read, r);
 			read_error_set(ctx, &why_read, pieces[0].read, "step %llu: %s while ckptd read",
@@ -328,7 +284,6 @@ out:
 	pthread_mutex_unlock(&ctx->lock);
 	free(m);
 	free(reply);
-	free(w);
 	return r;
 }
 

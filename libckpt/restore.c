@@ -58,6 +58,8 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 		return -EINVAL;
 	if (step != CKPT_STEP_LATEST && step > CKPT_STEP_MAX)
 		return -ERANGE;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
 	r = ctx_ensure_connected(ctx, (int)ctx->connect_timeout_ms);
 	if (r < 0)
@@ -106,6 +108,11 @@ CKPT_EXPORT int ckpt_restore_open(ckpt_ctx *ctx, uint64_t step, unsigned flags,
 		r = reply.u.error.code < 0 ? reply.u.error.code : -CKPT_E_PROTOCOL;
 		if (ctx->slots && ctx->generation == generation)
 			ctx->slots[slot] = SLOT_FREE; /* refused: ckptd never took it */
+		goto out;
+	}
+	if (ctx->fd < 0) {
+		/* Dropped right after the reply: the arena is gone. */
+		r = -CKPT_E_DISCONNECTED;
 		goto out;
 	}
 	if (reply.type != CKPT_MSG_RESTORE_OK || reply.u.restore_ok.slot != (uint32_t)slot ||
@@ -186,13 +193,9 @@ CKPT_EXPORT int ckpt_restore_tensor_count(const ckpt_restore *r)
 	return r->table.count > INT_MAX ? INT_MAX : (int)r->table.count;
 }
 
-CKPT_EXPORT int ckpt_restore_tensor_at(const ckpt_restore *r, int i, ckpt_tensor_desc *desc)
+/* Fill a descriptor of this library's layout. */
+static void restore_desc_fill(const struct ckpt_tensor *t, ckpt_tensor_desc *desc)
 {
-	const struct ckpt_tensor *t;
-
-	if (!r || !desc || i < 0 || (uint32_t)i >= r->table.count)
-		return -EINVAL;
-	t = &r->table.tensors[i];
 	memset(desc, 0, sizeof(*desc));
 	desc->name = t->name;
 	desc->dtype = t->dtype;
@@ -202,6 +205,47 @@ CKPT_EXPORT int ckpt_restore_tensor_at(const ckpt_restore *r, int i, ckpt_tensor
 		desc->offset[d] = t->offset[d];
 		desc->shape[d] = t->shape[d];
 	}
+}
+
+CKPT_SYMVER(restore_tensor_at_impl, ckpt_restore_tensor_at);
+
+CKPT_EXPORT int restore_tensor_at_impl(const ckpt_restore *r, int i, ckpt_tensor_desc *desc);
+CKPT_EXPORT int restore_tensor_at_impl(const ckpt_restore *r, int i, ckpt_tensor_desc *desc)
+{
+	const size_t v0_1 = offsetof(ckpt_tensor_desc, struct_size);
+	uint32_t size;
+	ckpt_tensor_desc full;
+
+	if (!r || !desc || i < 0 || (uint32_t)i >= r->table.count)
+		return -EINVAL;
+	/* An out-parameter: callers of the original API never had to set
+	 * struct_size, so it may be anything. Below a layout with it, or
+	 * past any plausible one, only the original fields are written
+	 * (every caller has those); else no more than both structs hold.
+	 * Fields of a newer caller that this library does not know are
+	 * left as they are. */
+	size = desc->struct_size;
+	restore_desc_fill(&r->table.tensors[i], &full);
+	if (size < v0_1 + sizeof(desc->struct_size) || size > CKPT_TENSOR_DESC_MAX_BYTES) {
+		memcpy(desc, &full, v0_1);
+		return 0;
+	}
+	full.struct_size = size;
+	memcpy(desc, &full, size < sizeof(full) ? size : sizeof(full));
+	return 0;
+}
+
+CKPT_EXPORT int restore_tensor_at_impl_v0_1(const ckpt_restore *r, int i,
+					    struct ckpt_tensor_desc_v0_1 *desc);
+CKPT_EXPORT int restore_tensor_at_impl_v0_1(const ckpt_restore *r, int i,
+					    struct ckpt_tensor_desc_v0_1 *desc)
+{
+	ckpt_tensor_desc full;
+
+	if (!r || !desc || i < 0 || (uint32_t)i >= r->table.count)
+		return -EINVAL;
+	restore_desc_fill(&r->table.tensors[i], &full);
+	memcpy(desc, &full, sizeof(*desc));
 	return 0;
 }
 
@@ -260,6 +304,15 @@ CKPT_EXPORT int ckpt_restore_blob(ckpt_restore *r, void *buf, size_t cap)
 	return (int)r->blob_bytes;
 }
 
+CKPT_EXPORT int ckpt_restore_blob_ptr(ckpt_restore *r, const void **data, size_t *len)
+{
+	if (!r || !data || !len)
+		return -EINVAL;
+	*data = r->blob_bytes ? r->base + r->blob_offset : NULL;
+	*len = (size_t)r->blob_bytes;
+	return 0;
+}
+
 CKPT_EXPORT void ckpt_restore_close(ckpt_restore *r)
 {
 	ckpt_ctx *ctx;
@@ -267,6 +320,13 @@ CKPT_EXPORT void ckpt_restore_close(ckpt_restore *r)
 	if (!r)
 		return;
 	ctx = r->ctx;
+	if (ctx_forked(ctx)) {
+		/* The slot is the parent's to release. */
+		ctx_arena_unref(r->arena);
+		ckpt_table_free(&r->table);
+		free(r);
+		return;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	if (restore_is_live(r) && ctx->slots[r->slot] == SLOT_RESTORING)
 		restore_release_slot(ctx, r->generation, r->slot);

@@ -74,6 +74,8 @@ CKPT_EXPORT int ckpt_save_begin(ckpt_ctx *ctx, uint64_t step, ckpt_save **out)
 	 * (which would refuse it too, and drop the connection). */
 	if (step > CKPT_STEP_MAX)
 		return -ERANGE;
+	if (ctx_forked(ctx))
+		return -CKPT_E_DISCONNECTED;
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->have_last_step && step <= ctx->last_step) {
 		r = -CKPT_E_STEP_ORDER;
@@ -188,15 +190,14 @@ CKPT_EXPORT const char *ckpt_save_error(const ckpt_save *save)
 	return save ? save->why : "";
 }
 
-CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc, void **dst)
+/* ckpt_save_reserve with a descriptor of this library's layout. */
+static int save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc, void **dst)
 {
 	struct ckpt_tensor *t;
 	uint64_t bytes, off;
 	char *name;
 	int r;
 
-	if (!save || !desc || !dst)
-		return -EINVAL;
 	r = save_desc_check(save, desc, &bytes);
 	if (r < 0)
 		return r;
@@ -239,25 +240,92 @@ CKPT_EXPORT int ckpt_save_reserve(ckpt_save *save, const ckpt_tensor_desc *desc,
 	return 0;
 }
 
-CKPT_EXPORT int ckpt_save_add(ckpt_save *save, const ckpt_tensor_desc *desc, const void *data)
+static int save_add(ckpt_save *save, const ckpt_tensor_desc *desc, const void *data)
 {
 	uint64_t bytes;
 	void *dst;
 	int r;
 
-	if (!save || !desc)
-		return -EINVAL;
 	r = save_desc_check(save, desc, &bytes);
 	if (r < 0)
 		return r;
 	if (!data && bytes > 0)
 		return -EINVAL;
-	r = ckpt_save_reserve(save, desc, &dst);
+	r = save_reserve(save, desc, &dst);
 	if (r < 0)
 		return r;
 	if (bytes)
 		memcpy(dst, data, (size_t)bytes);
 	return 0;
+}
+
+/* The caller's descriptor, by its struct_size, in this library's layout;
+ * a refusal is said in the handle like any other. */
+static int save_desc_load(ckpt_save *save, const ckpt_tensor_desc *desc, ckpt_tensor_desc *out)
+{
+	int r = tensor_desc_load(desc, out);
+
+	if (r < 0)
+		snprintf(save->why, sizeof(save->why),
+			 "step %llu: tensor descriptor with struct_size %u: %s",
+			 (unsigned long long)save->step, desc->struct_size,
+			 desc->struct_size > CKPT_TENSOR_DESC_MAX_BYTES
+				 ? "not a size of any layout (set it to 0 or sizeof)"
+				 : "sets fields this libckpt does not know");
+	return r;
+}
+
+CKPT_SYMVER(save_reserve_impl, ckpt_save_reserve);
+CKPT_SYMVER(save_add_impl, ckpt_save_add);
+
+CKPT_EXPORT int save_reserve_impl(ckpt_save *save, const ckpt_tensor_desc *desc, void **dst);
+CKPT_EXPORT int save_reserve_impl(ckpt_save *save, const ckpt_tensor_desc *desc, void **dst)
+{
+	ckpt_tensor_desc d;
+	int r;
+
+	if (!save || !desc || !dst)
+		return -EINVAL;
+	r = save_desc_load(save, desc, &d);
+	return r < 0 ? r : save_reserve(save, &d, dst);
+}
+
+CKPT_EXPORT int save_add_impl(ckpt_save *save, const ckpt_tensor_desc *desc, const void *data);
+CKPT_EXPORT int save_add_impl(ckpt_save *save, const ckpt_tensor_desc *desc, const void *data)
+{
+	ckpt_tensor_desc d;
+	int r;
+
+	if (!save || !desc)
+		return -EINVAL;
+	r = save_desc_load(save, desc, &d);
+	return r < 0 ? r : save_add(save, &d, data);
+}
+
+CKPT_EXPORT int save_reserve_impl_v0_1(ckpt_save *save, const struct ckpt_tensor_desc_v0_1 *desc,
+				       void **dst);
+CKPT_EXPORT int save_reserve_impl_v0_1(ckpt_save *save, const struct ckpt_tensor_desc_v0_1 *desc,
+				       void **dst)
+{
+	ckpt_tensor_desc d;
+
+	if (!save || !desc || !dst)
+		return -EINVAL;
+	tensor_desc_from_v0_1(desc, &d);
+	return save_reserve(save, &d, dst);
+}
+
+CKPT_EXPORT int save_add_impl_v0_1(ckpt_save *save, const struct ckpt_tensor_desc_v0_1 *desc,
+				   const void *data);
+CKPT_EXPORT int save_add_impl_v0_1(ckpt_save *save, const struct ckpt_tensor_desc_v0_1 *desc,
+				   const void *data)
+{
+	ckpt_tensor_desc d;
+
+	if (!save || !desc)
+		return -EINVAL;
+	tensor_desc_from_v0_1(desc, &d);
+	return save_add(save, &d, data);
 }
 
 CKPT_EXPORT int ckpt_save_set_blob(ckpt_save *save, const void *blob, size_t len)
@@ -316,7 +384,7 @@ CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 	struct ckpt_table view;
 	struct ckpt_msg m = { .type = CKPT_MSG_SAVE };
 	struct ckpt_msg reply;
-	char err[256], reason[256];
+	char err[256];
 	uint64_t table_offset;
 	size_t table_bytes;
 	ckpt_ctx *ctx;
@@ -326,6 +394,10 @@ CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 	if (!save)
 		return -EINVAL;
 	ctx = save->ctx;
+	if (ctx_forked(ctx)) {
+		save_free(save);
+		return -CKPT_E_DISCONNECTED;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	if (!save_is_live(save)) {
 		r = -CKPT_E_DISCONNECTED;
@@ -374,7 +446,7 @@ CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 	if (r < 0)
 		goto release;
 	/* From here the slot may be ckptd's: it is read while we wait. */
-	r = ctx_await(ctx, m.seq, -1, &reply);
+	r = ctx_await_request(ctx, m.seq, &m, -1, &reply);
 	if (r < 0)
 		goto release;
 	if (reply.type == CKPT_MSG_ERROR) {
@@ -387,12 +459,8 @@ CKPT_EXPORT int ckpt_save_finish(ckpt_save *save)
 		r = -CKPT_E_PROTOCOL;
 		goto release;
 	}
-	ctx->slots[save->slot] = SLOT_DAEMON;
-	ctx->have_last_step = true;
-	ctx->last_step = save->step;
-	snprintf(reason, sizeof(reason), "rank %u step %llu: accepted by ckptd", ctx->hello.rank,
-		 (unsigned long long)save->step);
-	ctx_record(ctx, save->step, CKPT_STATE_PENDING, 0, reason);
+	/* The reader made the slot ckptd's and the step pending as it read
+	 * SAVE_OK (ctx_apply_save_ok), before any STATUS behind it. */
 	save_report_stall(ctx, save);
 	r = 0;
 release:
@@ -408,6 +476,10 @@ CKPT_EXPORT void ckpt_save_abort(ckpt_save *save)
 	if (!save)
 		return;
 	ctx = save->ctx;
+	if (ctx_forked(ctx)) {
+		save_free(save);
+		return;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	save_release(save);
 	pthread_mutex_unlock(&ctx->lock);

@@ -102,13 +102,60 @@ int tensor_desc_check(const ckpt_tensor_desc *desc, bool check_name, uint64_t *b
 	return 0;
 }
 
-CKPT_EXPORT uint64_t ckpt_tensor_bytes(const ckpt_tensor_desc *desc)
+int tensor_desc_load(const ckpt_tensor_desc *in, ckpt_tensor_desc *out)
 {
+	const size_t v0_1 = offsetof(ckpt_tensor_desc, struct_size);
+	uint32_t size = in->struct_size;
+
+	memset(out, 0, sizeof(*out));
+	/* 0, and anything short of a layout with struct_size in it (such as
+	 * what a caller that never set the field left there): the original
+	 * fields, which every caller has. */
+	if (size < v0_1 + sizeof(in->struct_size)) {
+		memcpy(out, in, v0_1);
+		return 0;
+	}
+	/* Past any plausible layout: not read at all. */
+	if (size > CKPT_TENSOR_DESC_MAX_BYTES)
+		return -E2BIG;
+	/* A newer caller's fields that this library does not know must be
+	 * unset: ignoring a set one would misread the tensor. */
+	for (size_t i = sizeof(*out); i < size; i++)
+		if (((const unsigned char *)in)[i] != 0)
+			return -E2BIG;
+	memcpy(out, in, size < sizeof(*out) ? size : sizeof(*out));
+	out->struct_size = (uint32_t)sizeof(*out);
+	return 0;
+}
+
+void tensor_desc_from_v0_1(const struct ckpt_tensor_desc_v0_1 *in, ckpt_tensor_desc *out)
+{
+	memset(out, 0, sizeof(*out));
+	memcpy(out, in, sizeof(*in));
+}
+
+CKPT_SYMVER(tensor_bytes_impl, ckpt_tensor_bytes);
+
+CKPT_EXPORT uint64_t tensor_bytes_impl(const ckpt_tensor_desc *desc);
+CKPT_EXPORT uint64_t tensor_bytes_impl(const ckpt_tensor_desc *desc)
+{
+	ckpt_tensor_desc d;
 	uint64_t bytes;
 
-	if (!desc || tensor_desc_check(desc, false, &bytes) < 0)
+	if (!desc || tensor_desc_load(desc, &d) < 0 || tensor_desc_check(&d, false, &bytes) < 0)
 		return 0;
 	return bytes;
+}
+
+CKPT_EXPORT uint64_t tensor_bytes_impl_v0_1(const struct ckpt_tensor_desc_v0_1 *desc);
+CKPT_EXPORT uint64_t tensor_bytes_impl_v0_1(const struct ckpt_tensor_desc_v0_1 *desc)
+{
+	ckpt_tensor_desc d;
+
+	if (!desc)
+		return 0;
+	tensor_desc_from_v0_1(desc, &d);
+	return tensor_bytes_impl(&d);
 }
 
 CKPT_EXPORT const char *ckpt_state_name(int state)

@@ -75,9 +75,11 @@ class CkptError(Exception):
 
     def __str__(self) -> str:
         name = strerror(self.code)
-        if self.reason and name not in self.reason:
-            return f"{self.reason} ({name})"
-        return name
+        if not self.reason:
+            return name
+        if name in self.reason:
+            return self.reason
+        return f"{self.reason} ({name})"
 
 
 class ProtocolError(CkptError):
@@ -414,7 +416,9 @@ class Save:
 
     def _fail(self, rc: int, what: str) -> CkptError:
         why = (_c.ckpt_save_error(self._h) or b"").decode("utf-8", "replace")
-        return _error(rc, why or f"step {self.step}: {what}: {strerror(rc)}", self.step)
+        if not why.startswith("step "):
+            why = f"step {self.step}: {what}: {why or strerror(rc)}"
+        return _error(rc, why, self.step)
 
     def reserve(self, name: str, dtype: DType, shape: Sequence[int], *,
                 global_shape: Sequence[int] | None = None,

@@ -34,13 +34,14 @@ def test_unsupported_dtype_fails_at_staging_and_training_goes_on(ctx, ckptd):
 
 
 def test_unsupported_dtype_in_a_synchronous_save(ctx, ckptd):
-    with pytest.raises(Exception) as e:
+    from torch.distributed.checkpoint.api import CheckpointException
+    with pytest.raises(CheckpointException) as e:
         dcp.save({"z": torch.zeros(2, dtype=torch.complex128)},
                  storage_writer=CkptStorageWriter(ctx, 1))
-    # DCP wraps each rank's exception in a CheckpointException.
-    failures = getattr(e.value, "failures", {})
-    assert any(isinstance(f, ckpt.UnsupportedDtypeError) and "item 'z'" in str(f)
-               and "complex128" in str(f) for f in failures.values()), failures
+    # DCP wraps each rank's exception (with its traceback) in a CheckpointException.
+    exc = e.value.failures[0][0]
+    assert isinstance(exc, ckpt.UnsupportedDtypeError), exc
+    assert "item 'z'" in str(exc) and "complex128" in str(exc) and "step 1" in str(exc)
     dcp.save(_good(2), storage_writer=CkptStorageWriter(ctx, 2))
     assert ckptd.committed("bad") == [2]
 

@@ -564,15 +564,15 @@ class Restore:
         return p.value or 0, n.value
 
     def tensor(self, name: str, like: str = "torch") -> Any:
-        """A read-only zero-copy view of tensor `name` (valid until close):
-        like="torch" (default), "numpy" or "memoryview" (raw bytes)."""
+        """A zero-copy view of tensor `name` (valid until close; never write
+        to it: the slot is ckptd's): like="torch" (default), "numpy" (a
+        read-only array) or "memoryview" (read-only raw bytes)."""
         info = self.tensors().get(name)
         if info is None:
             raise NotFoundError(-1007, f"step {self.step}: no tensor {name!r} in this rank's shard",
                                 self.step)
         ptr, n = self._ptr(name)
-        return _view(_memory(ptr, n, writable=(like != "memoryview")), DTYPES[info.dtype],
-                     info.shape, like)
+        return _view(_memory(ptr, n, writable=False), DTYPES[info.dtype], info.shape, like)
 
     def copy_into(self, name: str, dst: Any) -> Any:
         """Copy tensor `name` into `dst` (a torch tensor of the same element

@@ -364,6 +364,11 @@ class CkptStorageWriter(StorageWriter):
     def storage_meta(self) -> Any:
         return None
 
+    def __getstate__(self) -> Any:
+        raise TypeError("CkptStorageWriter cannot be pickled: the save runs in the process "
+                        "that owns the ckpt context and its slot; use dcp.async_save's default "
+                        "thread executor, not AsyncCheckpointerType.PROCESS")
+
 
 class CkptStager(_AsyncStagerBase):  # type: ignore[misc,valid-type]
     """The AsyncStager for dcp.async_save with a CkptStorageWriter: stages
@@ -472,26 +477,35 @@ class CkptStorageReader(StorageReader):
         self._restore = r
         self.loaded_step = r.step
         self._own = r.tensors()
-        blob = r.blob()
-        if ctx.rank == 0:
-            md = self._decode(blob, r.step)
-        elif ckpt.HAVE_READ_RANGES:
-            md = self._decode(self._blob_of_rank0(r.step), r.step)
-        elif dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            obj: list[Any] = [None]
+        broadcast = (not ckpt.HAVE_READ_RANGES and dist.is_available() and dist.is_initialized()
+                     and dist.get_world_size() > 1)
+        md: Any = None
+        problem: str | None = None
+        try:
+            if ctx.rank == 0:
+                md = self._decode(r.blob(), r.step)
+                if self._world_saved != ctx.world_size:
+                    problem = (f"job {ctx.job} step {r.step}: saved at world size "
+                               f"{self._world_saved}, loading at {ctx.world_size}: resharding "
+                               "needs a libckpt with ranged reads (ckpt_read_ranges)")
+            elif ckpt.HAVE_READ_RANGES:
+                md = self._decode(self._blob_of_rank0(r.step), r.step)
+            elif not broadcast:
+                problem = (f"job {ctx.job} step {r.step}: rank {ctx.rank} has no DCP metadata "
+                           "(it is in rank 0's blob) and neither ranged reads nor "
+                           "torch.distributed to fetch it")
+        except CkptError as e:
+            if not broadcast:
+                raise
+            problem = str(e)
+        if broadcast:
+            # Rank 0 sends the metadata or why there is none: no rank is left waiting.
+            obj: list[Any] = [(md, problem) if ctx.rank == 0 else None]
             dist.broadcast_object_list(obj, src=0)
-            md = obj[0]
-        else:
-            raise CkptError(-errno.EOPNOTSUPP, f"job {ctx.job} step {r.step}: rank {ctx.rank} "
-                            "has no DCP metadata (it is in rank 0's blob) and neither ranged "
-                            "reads nor torch.distributed to fetch it")
-        if ctx.rank == 0 and not ckpt.HAVE_READ_RANGES and dist.is_available() and \
-                dist.is_initialized() and dist.get_world_size() > 1:
-            dist.broadcast_object_list([md], src=0)
-        if self._world_saved is not None and self._world_saved != ctx.world_size:
-            raise CkptError(-errno.EOPNOTSUPP, f"job {ctx.job} step {r.step}: saved at world "
-                            f"size {self._world_saved}, loading at {ctx.world_size}: resharding "
-                            "needs a libckpt with ranged reads", r.step)
+            md, problem = obj[0]
+        if problem is not None:
+            self.close()
+            raise CkptError(-errno.EOPNOTSUPP, problem, r.step)
         self._metadata = md
         return md
 

@@ -86,3 +86,18 @@ def test_load_of_an_older_step_and_bytes_items(ctx):
     out = _good(0)
     dcp.load(out, storage_reader=CkptStorageReader(ctx, 1))
     assert torch.equal(out["w"], torch.ones(4, 4)) and out["extra"] == {"step": 1, "names": ["a", "b"]}
+
+
+def test_ckpt_inspect_lists_dcp_items_by_name(ctx, ckptd):
+    import os
+    import subprocess
+    state = {"model": {"layer.weight": torch.ones(2, 2)}, "optim": {"param_groups": [{"lr": 1}]}}
+    _async_save(ctx, state, 1).result()
+    step = str(ckptd.job_dir("bad") / "step-0000000001")
+    out = subprocess.run([os.environ["CKPT_INSPECT"], step, "--verify"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([os.environ["CKPT_INSPECT"], step], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "model.layer.weight" in out.stdout and "optim.param_groups" in out.stdout, out.stdout

@@ -126,7 +126,7 @@ def reshard(a, rank, world, save):
         state = {"w": distribute_tensor(torch.zeros(12, 5), mesh, [Shard(0)]),
                  "emb": distribute_tensor(torch.zeros(7, 3, dtype=torch.bfloat16), mesh, [Shard(1)]),
                  "rep": distribute_tensor(torch.zeros(10, dtype=torch.int64), mesh, [Replicate()]),
-                 "meta": {}}
+                 "meta": {"step": None, "world": None}}
         dcp.load(state, storage_reader=CkptStorageReader(ctx, a.step))
         for k in ("w", "emb", "rep"):
             got = state[k].full_tensor()

@@ -22,3 +22,12 @@ def test_load_at_another_world_size_fails_clearly_without_ranged_reads(ckptd, la
     assert all(p.returncode != 0 for p in j.procs), j.output()
     out = j.output()
     assert "saved at world size 2, loading at 1" in out and "ckpt_read_ranges" in out, out
+
+
+def test_dtensor_shards_round_trip_at_the_same_world_size(ckptd, launch):
+    # DTensors (Shard(0), Shard(1), Replicate) staged into the slot as
+    # their local chunks, named fqn@offsets, restored from each rank's own shard.
+    launch(WORKER, ["reshard-save", "--job", "dt", "--step", "3"], 2, "save2").wait(120)
+    j = launch(WORKER, ["reshard-load", "--job", "dt", "--step", "3"], 2, "load2")
+    j.wait(120)
+    assert "saved at world size 2) at world size 2: identical" in j.output(), j.output()

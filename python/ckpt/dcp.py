@@ -158,6 +158,7 @@ class CkptStorageWriter(StorageWriter):
         self._save_step: int | None = None
         self._reserved: dict[str, torch.Tensor] = {}
         self._stored: set[str] = set()
+        self._sizes: dict[str, int] = {}  # bytes items stored: their lengths
         self._local_items: list[WriteItem] = []
         self._is_coordinator = False
 
@@ -176,6 +177,7 @@ class CkptStorageWriter(StorageWriter):
         self._save_step = step
         self._reserved = {}
         self._stored = set()
+        self._sizes = {}
         return self._save
 
     def _abort(self) -> None:
@@ -312,7 +314,6 @@ class CkptStorageWriter(StorageWriter):
 
     def _write(self, plan: SavePlan, planner: SavePlanner) -> list[WriteResult]:
         save = self._open()
-        self._sizes: dict[str, int] = getattr(self, "_sizes", {})
         results = []
         for item in plan.items:
             loc = self._store(save, item, planner)

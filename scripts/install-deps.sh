@@ -42,6 +42,16 @@ if ! python3 -c 'import moto, boto3, flask' 2>/dev/null; then
 		echo "install-deps: WARNING: could not install moto; the s3-moto test will fail" >&2
 fi
 
+# The Python package's tests (tests/python) and `pip install .`: torch
+# 2.13.0 for the python3 on PATH, pinned exactly (its CPU build; a looser
+# spec can pull a multi-GB CUDA build), with pytest, numpy and meson-python.
+if ! python3 -c 'import torch, pytest, numpy, mesonpy; assert torch.__version__.split("+")[0] == "2.13.0"' 2>/dev/null; then
+	echo "install-deps: installing torch==2.13.0, pytest, numpy, meson-python for $(command -v python3) (Python tests)"
+	python3 -m pip install --quiet torch==2.13.0 pytest numpy meson-python 2>/dev/null ||
+		python3 -m pip install --quiet --break-system-packages torch==2.13.0 pytest numpy meson-python ||
+		echo "install-deps: WARNING: could not install torch; the python-* tests will be skipped" >&2
+fi
+
 missing=()
 for p in "${packages[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then

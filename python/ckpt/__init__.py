@@ -599,6 +599,12 @@ class Restore:
     def blob(self) -> bytes:
         """This rank's blob (b"" if the save set none)."""
         h = self._handle()
+        if hasattr(_c, "ckpt_restore_blob_ptr"):
+            # Any length (ckpt_restore_blob stops at INT_MAX), one copy.
+            p, size = ctypes.c_void_p(), ctypes.c_size_t()
+            _check(_c.ckpt_restore_blob_ptr(h, ctypes.byref(p), ctypes.byref(size)),
+                   step=self.step)
+            return ctypes.string_at(p.value, size.value) if size.value else b""
         n = _check(_c.ckpt_restore_blob(h, None, 0), step=self.step)
         if n == 0:
             return b""
@@ -788,7 +794,12 @@ class Context:
             bad = next((r for r in reads if r.result < 0), None)
             what = (f"rank {bad.rank} {'blob' if bad.tensor is None else repr(bad.tensor)} "
                     f"[{bad.offset}, +{bad.length})") if bad else "ranged read"
-            raise _error(rc, f"job {self.job} step {step}: {what}: {strerror(rc)}", int(step))
+            why = strerror(rc)
+            if hasattr(_c, "ckpt_read_error"):
+                buf = ctypes.create_string_buffer(1024)
+                if _c.ckpt_read_error(self._handle(), buf, len(buf)) > 0:
+                    why = buf.value.decode("utf-8", "replace")
+            raise _error(rc, f"job {self.job} step {step}: {what}: {why}", int(step))
         return list(reads)
 
     def close(self) -> None:

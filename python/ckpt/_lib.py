@@ -25,7 +25,14 @@ class TensorDesc(ctypes.Structure):
         ("global_shape", _u64 * CKPT_MAX_DIMS),
         ("offset", _u64 * CKPT_MAX_DIMS),
         ("shape", _u64 * CKPT_MAX_DIMS),
+        # Since libckpt 0.2: the size of this struct, so that it can grow
+        # (ckpt.h). Set by __init__; 0 would mean the 0.1 layout.
+        ("struct_size", _u32),
     ]
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.struct_size = ctypes.sizeof(TensorDesc)
 
 
 class Options(ctypes.Structure):
@@ -130,6 +137,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         "ckpt_restore_close": (None, [P]),
         # Ranged reads of any rank's items (resharding); newer libraries only.
         "ckpt_read_ranges": (c_int, [P, _u64, ctypes.POINTER(Read), c_size]),
+        "ckpt_read_error": (c_int, [P, ctypes.c_char_p, c_size]),
+        "ckpt_restore_blob_ptr": (c_int, [P, pp, ctypes.POINTER(c_size)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name, None)

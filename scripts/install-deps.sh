@@ -49,7 +49,7 @@ if ! python3 -c 'import torch, pytest, numpy, mesonpy; assert torch.__version__.
 	echo "install-deps: installing torch==2.13.0, pytest, numpy, meson-python for $(command -v python3) (Python tests)"
 	python3 -m pip install --quiet torch==2.13.0 pytest numpy meson-python 2>/dev/null ||
 		python3 -m pip install --quiet --break-system-packages torch==2.13.0 pytest numpy meson-python ||
-		echo "install-deps: WARNING: could not install torch; the python-* tests will be skipped" >&2
+		echo "install-deps: WARNING: could not install torch; the python-* tests will fail" >&2
 fi
 
 missing=()

@@ -103,12 +103,16 @@ class Job:
     def __init__(self, script: Path, args: list[str], world: int, daemon: Daemon, logdir: Path,
                  name: str):
         port = free_port()
+        # The ranks meet through a file (gloo's FileStore), not a TCP port
+        # another process may take between free_port() and the bind.
+        rendezvous = logdir / f"{name}-{time.monotonic_ns()}.rdv"
         self.logs = [logdir / f"{name}-{r}.log" for r in range(world)]
         self.procs = []
         for r in range(world):
             env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(world), LOCAL_RANK=str(r),
                        LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), CKPT_SOCKET=daemon.socket, OMP_NUM_THREADS="1")
+                       MASTER_PORT=str(port), CKPT_SOCKET=daemon.socket, OMP_NUM_THREADS="1",
+                       CKPT_TEST_INIT=f"file://{rendezvous}")
             with open(self.logs[r], "wb") as log:
                 self.procs.append(subprocess.Popen([sys.executable, str(script), *args],
                                                    stdout=log, stderr=subprocess.STDOUT,

@@ -153,7 +153,14 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo")
+    # The tests' launcher gives a file rendezvous (CKPT_TEST_INIT); torchrun
+    # gives MASTER_ADDR/MASTER_PORT (env://).
+    init = os.environ.get("CKPT_TEST_INIT")
+    if init:
+        dist.init_process_group("gloo", init_method=init, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]))
+    else:
+        dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if a.mode == "train":
         train(a, rank, world)

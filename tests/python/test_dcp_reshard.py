@@ -1,9 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Resharding: DTensor state saved at world size 4, loaded at 2 and at 3
 (values identical to the saved global tensors), saved again at 2 and
-loaded at 4. Needs ranged reads of any rank's items (ckpt_read_ranges);
-run.py skips this file (exit 77) with a libckpt that lacks them; then
-test_dcp_world.py checks that such a load fails clearly instead."""
+loaded at 4, through ranged reads of any rank's items (ckpt_read_ranges)."""
 
 from pathlib import Path
 

@@ -4,6 +4,7 @@
     ckptd --root /var/lib/ckpt &                 # or the ckptd of the node
     torchrun --nproc-per-node 2 examples/pytorch/train_dcp.py --steps 20
     torchrun --nproc-per-node 2 examples/pytorch/train_dcp.py --steps 40   # resumes at 20
+    torchrun --nproc-per-node 3 examples/pytorch/train_dcp.py --steps 60   # at 40, on 3 ranks
 
 Every --save-every steps the state goes to ckptd with dcp.async_save: the
 training loop waits only for the copy into ckptd's shared memory; the

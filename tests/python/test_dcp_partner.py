@@ -20,6 +20,7 @@ Run as a script, this file is one rank of that job (see rank_main)."""
 from __future__ import annotations
 
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -183,7 +184,6 @@ def test_lost_node_restores_from_partner_memory(cluster2, cluster_launch, tmp_pa
     # Node 1 is lost: its daemon, its node-local directory, and its ranks'
     # files of every step in the shared root.
     c.nodes[1].kill9()
-    import shutil
     shutil.rmtree(c.node_dir(1))
     gone = 0
     for step_dir in (c.root / JOB).glob("step-*"):

@@ -340,7 +340,7 @@ else
 	# node's daemon (CKPT_SOCKET). Node 0's launcher's output (rank 0
 	# prints) in LOG, node 1's in LOG with .log replaced by -node1.log.
 	torch_job() {
-		local log=$1 port k p rc=0
+		local log=$1 port k p rc=0 live
 		shift
 		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 		torch_pids=()
@@ -352,10 +352,23 @@ else
 				>"$([ "$k" = 0 ] && echo "$log" || echo "${log%.log}-node1.log")" 2>&1 &
 			torch_pids+=($!)
 		done
-		for p in "${torch_pids[@]}"; do
-			wait "$p" || rc=$?
+		# Until both end; when one fails, the other (waiting for its peer
+		# in torchrun's rendezvous or a collective) is killed.
+		while [ "${#torch_pids[@]}" -gt 0 ]; do
+			live=()
+			for p in "${torch_pids[@]}"; do
+				if alive "$p"; then live+=("$p"); else wait "$p" || rc=$?; fi
+			done
+			torch_pids=("${live[@]}")
+			if [ "$rc" -ne 0 ]; then
+				for p in "${torch_pids[@]}"; do
+					kill -9 -- -"$p" "$p" 2>/dev/null || true
+					wait "$p" 2>/dev/null || true
+				done
+				torch_pids=()
+			fi
+			sleep 0.2
 		done
-		torch_pids=()
 		return "$rc"
 	}
 	torch_lines() { grep -E '^(step [0-9]+: loss|resumed from|done at)' "$1" || true; }

@@ -306,7 +306,7 @@ final_loss=$(sed -n "s/^step $steps loss \([0-9.]*\).*/\1/p" "$work/train-2.log"
 awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < a - 1) }' ||
 	{ echo "demo: the loss did not fall (step 1: $first_loss, step $steps: $final_loss)" >&2; exit 1; }
 
-# ---- 5. verify and stop --------------------------------------------------------
+# ---- 5. verify ----------------------------------------------------------------
 say "Verifying every checkpoint: ckpt-inspect --verify $root/$job"
 "$inspect" "$root/$job" --verify
 
@@ -411,6 +411,7 @@ else
 	"$inspect" "$root/$pyjob" --verify | indent
 fi
 
+# ---- 7. stop ---------------------------------------------------------------------
 say "Stopping both daemons (SIGTERM)"
 for p in $ckptd1_pid $ckptd_pid; do
 	rc=0

@@ -12,7 +12,11 @@
 # watch the loss carry on, and verify the whole checkpoint root. Committed
 # steps are also uploaded to S3 (a local one-node Ceph RADOS Gateway that
 # the demo starts), and the last one is brought back from S3 with
-# ckpt-restore and verified.
+# ckpt-restore and verified. Last, a PyTorch job on the same two daemons:
+# examples/pytorch/train_dcp.py under torchrun, 2 ranks (gloo, one per
+# node), saves with dcp.async_save through ckptd (ckpt.dcp) until its steps
+# commit, and a second run resumes from the newest one with dcp.load
+# (skipped, saying so, where python3 cannot import torch).
 #
 # Environment:
 #   CKPT_SKIP_INSTALL=1   do not run scripts/install-deps.sh
@@ -81,6 +85,7 @@ node_dir() { echo "$work/node$1"; }
 ckptd_pid=   # node 0's daemon (the leader: manifests, retention, S3)
 ckptd1_pid=  # node 1's daemon
 job_pid=
+torch_pids=() # the torchrun launchers of the PyTorch job
 
 # descendants PID: every process below PID.
 descendants() {
@@ -114,6 +119,10 @@ cleanup() {
 	local rc=$?
 	set +e
 	kill_job
+	for p in "${torch_pids[@]}"; do
+		kill -9 -- -"$p" "$p" 2>/dev/null
+		wait "$p" 2>/dev/null
+	done
 	for p in $ckptd1_pid $ckptd_pid; do
 		kill "$p" 2>/dev/null
 		wait "$p" 2>/dev/null
@@ -202,11 +211,12 @@ start_job() {
 	job_pid=$!
 }
 
-# The job's newest committed step, from its LATEST pointer (0: none yet).
+# latest [JOB]: the newest committed step of JOB (default $job), from its
+# LATEST pointer (0: none yet).
 latest() {
-	local v
+	local v j=${1:-$job}
 	v=
-	[ -f "$root/$job/LATEST" ] && v=$(tr -dc '0-9' <"$root/$job/LATEST")
+	[ -f "$root/$j/LATEST" ] && v=$(tr -dc '0-9' <"$root/$j/LATEST")
 	echo $((10#${v:-0}))
 }
 # loss_lines LOG: the training log's loss and checkpoint lines.
@@ -296,7 +306,7 @@ final_loss=$(sed -n "s/^step $steps loss \([0-9.]*\).*/\1/p" "$work/train-2.log"
 awk -v a="$first_loss" -v b="$final_loss" 'BEGIN { exit !(b < a - 1) }' ||
 	{ echo "demo: the loss did not fall (step 1: $first_loss, step $steps: $final_loss)" >&2; exit 1; }
 
-# ---- 5. verify and stop --------------------------------------------------------
+# ---- 5. verify ----------------------------------------------------------------
 say "Verifying every checkpoint: ckpt-inspect --verify $root/$job"
 "$inspect" "$root/$job" --verify
 
@@ -313,6 +323,95 @@ if [ "$use_s3" = 1 ]; then
 	"$inspect" "$work/from-s3/$job" --verify | indent
 fi
 
+# ---- 6. a PyTorch job through the same daemons ----------------------------------
+pyjob=pytorch
+torch_ok=0
+if ! python3 -c 'import torch, torch.distributed.checkpoint' 2>/dev/null; then
+	say "PyTorch: SKIPPED: $(command -v python3 || echo python3) cannot import torch (scripts/install-deps.sh installs torch==2.13.0)"
+else
+	torch_ok=1
+	# The package from the source tree, with this build's libckpt.
+	export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH} CKPT_LIBRARY=$bdir/libckpt/libckpt.so
+	export OMP_NUM_THREADS=1
+
+	# torch_job LOG ARGS...: examples/pytorch/train_dcp.py as a job of two
+	# nodes, as torchrun runs one on a cluster: a launcher per node
+	# (--nnodes 2 --node-rank K, one rank each) whose rank connects to its
+	# node's daemon (CKPT_SOCKET). Node 0's launcher's output (rank 0
+	# prints) in LOG, node 1's in LOG with .log replaced by -node1.log.
+	torch_job() {
+		local log=$1 port k p rc=0 live
+		shift
+		port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+		torch_pids=()
+		for k in 0 1; do
+			CKPT_SOCKET=$(node_dir "$k")/ckptd.sock setsid timeout 300 \
+				python3 -m torch.distributed.run --nnodes 2 --node-rank "$k" --nproc-per-node 1 \
+				--master-addr 127.0.0.1 --master-port "$port" \
+				examples/pytorch/train_dcp.py --job "$pyjob" --max-save-mib 8 "$@" \
+				>"$([ "$k" = 0 ] && echo "$log" || echo "${log%.log}-node1.log")" 2>&1 &
+			torch_pids+=($!)
+		done
+		# Until both end; when one fails, the other (waiting for its peer
+		# in torchrun's rendezvous or a collective) is killed.
+		while [ "${#torch_pids[@]}" -gt 0 ]; do
+			live=()
+			for p in "${torch_pids[@]}"; do
+				if alive "$p"; then live+=("$p"); else wait "$p" || rc=$?; fi
+			done
+			torch_pids=("${live[@]}")
+			if [ "$rc" -ne 0 ]; then
+				for p in "${torch_pids[@]}"; do
+					kill -9 -- -"$p" "$p" 2>/dev/null || true
+					wait "$p" 2>/dev/null || true
+				done
+				torch_pids=()
+			fi
+			sleep 0.2
+		done
+		return "$rc"
+	}
+	torch_lines() { grep -E '^(step [0-9]+: loss|resumed from|done at)' "$1" || true; }
+
+	say "PyTorch: examples/pytorch/train_dcp.py, 2 ranks (gloo), one per node, saving with dcp.async_save through ckptd"
+	note "torchrun --nnodes 2 --node-rank K --nproc-per-node 1 examples/pytorch/train_dcp.py --job $pyjob --steps 20 --save-every 5"
+	note "(one launcher per node; node K's rank connects to node K's ckptd: CKPT_SOCKET=$(node_dir K)/ckptd.sock)"
+	torch_job "$work/torch-1.log" --steps 20 --save-every 5 ||
+		{ echo "demo: the PyTorch job exited with status $?" >&2; exit 1; }
+	torch_lines "$work/torch-1.log" | indent
+	[ "$(grep -c '^step [0-9]*: loss .*, saving' "$work/torch-1.log")" -eq 4 ] ||
+		{ echo "demo: the PyTorch job did not save 4 times" >&2; exit 1; }
+	grep -q '^resumed from' "$work/torch-1.log" &&
+		{ echo "demo: the first PyTorch run resumed; there was nothing to resume from" >&2; exit 1; }
+	grep -q '^done at step 20;' "$work/torch-1.log" ||
+		{ echo "demo: the PyTorch job did not finish step 20" >&2; exit 1; }
+	# Each dcp.async_save future completes only once ckptd committed the step.
+	[ "$(latest "$pyjob")" -eq 20 ] ||
+		{ echo "demo: LATEST of job $pyjob is $(latest "$pyjob"), expected 20" >&2; exit 1; }
+	note "every future completed once ckptd committed the step: LATEST $(latest "$pyjob") (ckptd keeps the newest 3):"
+	"$inspect" "$root/$pyjob" | indent
+	note "rank 0's shard of step 20: DCP's items as ckpt tensors, by their FQNs (ckpt-inspect $root/$pyjob/step-0000000020):"
+	"$inspect" "$root/$pyjob/step-0000000020" | sed -n '/^rank 0/,/^$/p' | grep -E '^  (NAME|model|optim.state)' |
+		sed -n 1,8p | indent
+	note "  ..."
+
+	say "PyTorch: the same command to step 30: it loads the newest committed step with dcp.load (CkptStorageReader)"
+	torch_job "$work/torch-2.log" --steps 30 --save-every 5 ||
+		{ echo "demo: the resumed PyTorch job exited with status $?" >&2; exit 1; }
+	torch_lines "$work/torch-2.log" | indent
+	grep -qx 'resumed from step 20' "$work/torch-2.log" ||
+		{ echo "demo: the PyTorch job did not resume from step 20" >&2; exit 1; }
+	note "where each rank's shard came from (ckptd's agreed restore; memory: the arena the rank left on its node, partner: the other node's copy):"
+	grep -hE "info restore: agreed job=$pyjob step=20 " "$work"/ckptd-node*.log | sed 's/^[^ ]* //' | indent
+	[ "$(cat "$work"/ckptd-node*.log | grep -cE "info restore: agreed job=$pyjob step=20 rank=[01] ")" -eq 2 ] ||
+		{ echo "demo: ckptd did not restore both ranks of step 20 of job $pyjob" >&2; exit 1; }
+	[ "$(latest "$pyjob")" -eq 30 ] ||
+		{ echo "demo: LATEST of job $pyjob is $(latest "$pyjob"), expected 30" >&2; exit 1; }
+	note "resumed from step 20 and committed steps 25 and 30 (LATEST $(latest "$pyjob"))"
+	"$inspect" "$root/$pyjob" --verify | indent
+fi
+
+# ---- 7. stop ---------------------------------------------------------------------
 say "Stopping both daemons (SIGTERM)"
 for p in $ckptd1_pid $ckptd_pid; do
 	rc=0
@@ -323,4 +422,4 @@ done
 ckptd_pid=
 ckptd1_pid=
 
-say "Demo complete: crashed after step $last_step with node 1 lost, resumed from committed step $crashed_at (node 1's ranks from partner memory), trained to step $steps (loss $first_loss -> $final_loss), all verified$([ "$use_s3" = 1 ] && echo ", step $steps uploaded to S3 and restored from it")"
+say "Demo complete: crashed after step $last_step with node 1 lost, resumed from committed step $crashed_at (node 1's ranks from partner memory), trained to step $steps (loss $first_loss -> $final_loss), all verified$([ "$use_s3" = 1 ] && echo ", step $steps uploaded to S3 and restored from it")$([ "$torch_ok" = 1 ] && echo "; a PyTorch job saved through ckptd with dcp.async_save and resumed with dcp.load" || echo "; PyTorch skipped (no torch)")"

@@ -29,6 +29,8 @@ def main():
     ap.add_argument("--job", default="example")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--save-every", type=int, default=5)
+    ap.add_argument("--max-save-mib", type=int, default=64,
+                    help="the largest save of a rank, MiB (ckptd sizes its slots from it)")
     args = ap.parse_args()
 
     dist.init_process_group("gloo")  # RANK, WORLD_SIZE, ... from torchrun
@@ -38,7 +40,7 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     # One connection per rank; the socket is $CKPT_SOCKET or ckptd's default.
-    ctx = ckpt.connect(job=args.job, rank=rank, world_size=world, max_save_bytes=64 << 20)
+    ctx = ckpt.connect(job=args.job, rank=rank, world_size=world, max_save_bytes=args.max_save_mib << 20)
     save_pg = dist.new_group(backend="gloo")  # the background save's own collectives
 
     def state(step):

@@ -236,9 +236,11 @@ void retention_apply(struct job *job)
 
 	if (keep == 0)
 		return;
-	/* Oldest first; never the newest, never one being restored, never
-	 * one that S3 has not confirmed (uploader_pinned: unknown keeps). */
-	for (size_t i = 0; job->n_committed > keep && i + 1 < job->n_committed;) {
+	/* The newest keep_last steps stay whatever S3 holds. Older ones go,
+	 * oldest first, unless one is being restored or S3 has not confirmed
+	 * it (uploader_pinned: unknown keeps); such a step is kept on top of
+	 * keep_last, never in the place of a newer one. */
+	for (size_t i = 0; job->n_committed > keep && i < job->n_committed - keep;) {
 		if (job->restore_pins[i]) {
 			i++;
 			continue;
@@ -256,9 +258,6 @@ void retention_apply(struct job *job)
 			removal_start(job, NULL, step, true);
 	}
 	/* Steps past keep_last that wait for S3: reported, never dropped. */
-	size_t excess = job->n_committed > keep ? job->n_committed - keep : 0;
-	if (held > excess)
-		held = excess;
 	uploader_retention_held(job->d, job->name, held, oldest_held);
 }
 

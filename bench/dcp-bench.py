@@ -188,6 +188,15 @@ def worker(a) -> None:
             finally:
                 os.close(fd)
 
+    def timed(fn, box):
+        def stage(sd):
+            t = time.perf_counter()
+            try:
+                return fn(sd)
+            finally:
+                box[0] = time.perf_counter() - t
+        return stage
+
     def slowest(*vals):
         t = torch.tensor(vals, dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -218,20 +227,26 @@ def worker(a) -> None:
                 d_.copy_(s_)
         t1 = time.perf_counter() - t0
         r["memcpy"] = slowest(t1, t1)
+        log(f"  rep {rep} {'memcpy':13s} {r['memcpy'][0]:7.3f} s")
 
         for v in variants:
             drop()
             path = rdir / v
+            staged = [0.0]
             if v == "ckpt":
                 w = CkptStorageWriter(ctx, rep + 1)
-                kw = dict(storage_writer=w, async_stager=CkptStager(w), process_group=save_pg)
+                stager = CkptStager(w)
+                kw = dict(storage_writer=w, async_stager=stager, process_group=save_pg)
             else:
                 w = FileSystemWriter(str(path))  # sync_files=True, thread_count=1
                 kw = dict(storage_writer=w, process_group=save_pg)
+                stager = w  # FileSystemWriter is a BlockingAsyncStager
                 if v.endswith("-ds"):
-                    kw["async_stager"] = ds
+                    kw["async_stager"] = stager = ds
                 if v.startswith("fs-proc"):
                     kw["async_checkpointer_type"] = AsyncCheckpointerType.PROCESS
+            if v != "fs-sync":
+                stager.stage = timed(type(stager).stage.__get__(stager), staged)
             dist.barrier()
             t0 = time.perf_counter()
             if v == "fs-sync":
@@ -244,8 +259,11 @@ def worker(a) -> None:
             if v != "ckpt" and rank == 0:
                 fsync_dir(path)  # DCP leaves the directory entries unsynced
             td = time.perf_counter() - t0
-            r[v] = slowest(tb, td)
-            log(f"  rep {rep} {v:13s} blocked {r[v][0]:7.3f} s  durable {r[v][1]:7.3f} s")
+            if v != "fs-sync":
+                del stager.stage
+            r[v] = slowest(tb, td, staged[0])
+            log(f"  rep {rep} {v:13s} blocked {r[v][0]:7.3f} s  durable {r[v][1]:7.3f} s  "
+                f"(stager's stage() {r[v][2]:7.3f} s)")
 
         for v in LOADS:
             if v == "load-fs" and "fs-sync" not in variants:
@@ -288,6 +306,17 @@ def worker(a) -> None:
 # The driver
 # --------------------------------------------------------------------------
 
+def mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -328,7 +357,7 @@ def stop(p: subprocess.Popen | None) -> None:
 
 def run_size(a, S: int, work: Path) -> dict:
     sock = work / "ckptd.sock"
-    staging = a.ranks * (S + (128 << 20))
+    staging = a.ranks * (S + S // 8 + (128 << 20))  # ckptd's slot: max_save_bytes + index
     d = start_ckptd(a.ckptd, work, sock, staging)
     out = work / f"result-{S}.json"
     port = free_port()
@@ -383,16 +412,17 @@ def report(S: int, res: dict, variants: list[str], ranks: int) -> None:
     mc = med("memcpy", 0)
     print(f"\n### {ranks} ranks x {fmt_size(S)} ({res['tensors_per_rank']} tensors per rank, "
           f"{res['bytes_per_rank'] / (1 << 20):.0f} MiB), median of {len(reps)}\n")
-    print("| variant | blocked s | durable s | blocked / memcpy | first save blocked / "
-          "durable s |")
-    print("|---|---|---|---|---|")
-    print(f"| memcpy (floor) | {mc:.3f} | - | 1.00 | {first['memcpy'][0]:.3f} / - |")
+    print("| variant | blocked s | of which stage() s | durable s | blocked / memcpy | "
+          "first save: blocked / durable s |")
+    print("|---|---|---|---|---|---|")
+    print(f"| memcpy (floor) | {mc:.3f} | - | - | 1.00 | {first['memcpy'][0]:.3f} / - |")
     for v in variants:
-        print(f"| {v} | {med(v, 0):.3f} | {med(v, 1):.3f} | {med(v, 0) / mc:.2f} | "
+        st = f"{med(v, 2):.3f}" if v != "fs-sync" else "-"
+        print(f"| {v} | {med(v, 0):.3f} | {st} | {med(v, 1):.3f} | {med(v, 0) / mc:.2f} | "
               f"{first[v][0]:.3f} / {first[v][1]:.3f} |")
     for v in LOADS:
         if v in reps[0]:
-            print(f"| {v} | {med(v, 0):.3f} | - | - | {first[v][0]:.3f} |")
+            print(f"| {v} | {med(v, 0):.3f} | - | - | - | {first[v][0]:.3f} |")
     if "ckpt" in variants:
         asyncs = [v for v in variants if v not in ("fs-sync", "ckpt")]
         cb, cd = med("ckpt", 0), med("ckpt", 1)
@@ -484,10 +514,23 @@ def main() -> None:
                 raise SystemExit(f"dcp-bench: {base} has {fmt_size(free)} free, needs "
                                  f"{fmt_size(need)}")
             print(f"\n== {a.ranks} ranks x {fmt_size(S)}", flush=True)
-            out.append((S, run_size(a, S, sw)))
-        print("\n## Results")
-        for S, res in out:
-            report(S, res, a.variants, a.ranks)
+            # Resident at the peak, per rank: the state, the memcpy / load
+            # target, DefaultStager's cache, ckptd's slot and, during
+            # fs-thread, the writer's fresh copy; plus ~0.5 GiB of each
+            # process. fs-thread is left out where that does not fit.
+            wanted = list(a.variants)
+            peak = a.ranks * (S * 5 + (1 << 29))
+            avail = mem_available()
+            if "fs-thread" in a.variants and avail is not None and avail < peak + (1 << 30):
+                a.variants = [v for v in a.variants if v != "fs-thread"]
+                print(f"dcp-bench: {fmt_size(avail)} of memory available, fs-thread needs about "
+                      f"{fmt_size(peak)}: fs-thread left out at this size", flush=True)
+            out.append((S, run_size(a, S, sw), a.variants))
+            report(*out[-1], a.ranks)
+            a.variants = wanted
+        print("\n## Results (all sizes)")
+        for S, res, vs in out:
+            report(S, res, vs, a.ranks)
         ok = True
     finally:
         if a.keep or not ok:

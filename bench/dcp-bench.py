@@ -7,7 +7,8 @@ rank processes (gloo, as torchrun would start them). Every rank builds the
 same kind of state dict of S bytes: fp32 and bf16 tensors of realistic
 sizes ([4096, 4096], [4096, 1024], [1024, 4096], [4096], ...) under
 "model.*", plus non-tensor items (a step counter, an lr). Then, every
-repetition, side by side and in this order:
+repetition, side by side (the saves in this order, each repetition starting one
+later: rep 1 with fs-thread, rep 2 with fs-thread-ds, ...):
 
   memcpy      torch.Tensor.copy_ of every tensor into pre-allocated,
               pre-faulted tensors: the floor of any save's stall.
@@ -229,7 +230,10 @@ def worker(a) -> None:
         r["memcpy"] = slowest(t1, t1)
         log(f"  rep {rep} {'memcpy':13s} {r['memcpy'][0]:7.3f} s")
 
-        for v in variants:
+        # Each repetition starts one variant later, so that no variant always
+        # runs first after the previous repetition's files were deleted.
+        k = rep % len(variants)
+        for v in variants[k:] + variants[:k]:
             drop()
             path = rdir / v
             staged = [0.0]

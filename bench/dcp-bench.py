@@ -463,7 +463,8 @@ def report(S: int, res: dict, variants: list[str], ranks: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] +
+                                 " Method and results: docs/BENCHMARKS.md.",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", default="/var/tmp",
                     help="file system under test: everything goes to DIR/dcp-bench-PID "
@@ -472,10 +473,11 @@ def main() -> None:
                     "separated (default 1GiB,2GiB)")
     ap.add_argument("--reps", default="3", help="repetitions after the warm-up, one number "
                     "or one per size (e.g. 3,2; default 3)")
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--ranks", type=int, default=2, help="rank processes (default 2)")
     ap.add_argument("--variants", default=",".join(SAVE_VARIANTS),
                     help=f"saves to run, of {','.join(SAVE_VARIANTS)} (default all)")
-    ap.add_argument("--ckptd", default=str(REPO / "build" / "ckptd" / "ckptd"))
+    ap.add_argument("--ckptd", default=str(REPO / "build" / "ckptd" / "ckptd"),
+                    help="the ckptd binary to start (default: the build tree's)")
     ap.add_argument("--library", default=str(REPO / "build" / "libckpt" / "libckpt.so.0"),
                     help="libckpt the ckpt package loads, unless $CKPT_LIBRARY is set")
     ap.add_argument("--no-drop-caches", dest="drop_caches", action="store_false",

@@ -141,14 +141,6 @@ def worker(a) -> None:
     import ckpt
     from ckpt.dcp import CkptStager, CkptStorageReader, CkptStorageWriter
 
-    # With ranged reads, CkptStorageReader.read_metadata on a rank other than 0
-    # opens the agreed restore (which holds the rank's slot) and then reads
-    # rank 0's blob with ckpt_read_ranges, which needs a second free slot:
-    # with --slots-per-rank 1 (one shard of staging per rank, as here) that
-    # fails with "slot or rank in use". Without ranged reads rank 0 hands
-    # the metadata to the others over torch.distributed, which needs none.
-    ckpt.HAVE_READ_RANGES = False
-
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

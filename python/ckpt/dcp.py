@@ -465,6 +465,10 @@ class CkptStorageReader(StorageReader):
     def read_metadata(self) -> Metadata:
         self.close()
         ctx = self.ctx
+        # Rank 0's metadata as read before the restore: for that step it
+        # need not be read again (which would take a second slot while the
+        # restore holds one).
+        known: tuple[int, Metadata] | None = None
         if ckpt.HAVE_READ_RANGES and self.reshard is not False:
             step = self.step if self.step is not None else ctx.latest()
             if step is None:
@@ -474,6 +478,7 @@ class CkptStorageReader(StorageReader):
                 self.loaded_step = step
                 self._metadata = md
                 return md
+            known = (step, md)
         r = ctx.restore(self.step, agree=True)
         self._restore = r
         self.loaded_step = r.step
@@ -489,6 +494,8 @@ class CkptStorageReader(StorageReader):
                     problem = (f"job {ctx.job} step {r.step}: saved at world size "
                                f"{self._world_saved}, loading at {ctx.world_size}: resharding "
                                "needs a libckpt with ranged reads (ckpt_read_ranges)")
+            elif known is not None and known[0] == r.step:
+                md = known[1]
             elif ckpt.HAVE_READ_RANGES:
                 md = self._decode(self._blob_of_rank0(r.step), r.step)
             elif not broadcast:

@@ -14,3 +14,15 @@ def test_dtensor_shards_round_trip_at_the_same_world_size(ckptd, launch):
     j = launch(WORKER, ["reshard-load", "--job", "dt", "--step", "3"], 2, "load2")
     j.wait(120)
     assert "saved at world size 2) at world size 2: identical" in j.output(), j.output()
+
+
+def test_same_world_load_with_one_slot_per_rank(ckptd, launch):
+    # A rank other than 0 reads rank 0's metadata before its agreed restore
+    # takes its only slot, and must not read it again afterwards (a second
+    # slot it does not have: "slot or rank in use").
+    ckptd.stop()
+    ckptd.start("--slots-per-rank", "1")
+    launch(WORKER, ["reshard-save", "--job", "one", "--step", "4"], 2, "save2").wait(120)
+    j = launch(WORKER, ["reshard-load", "--job", "one", "--step", "4"], 2, "load2")
+    j.wait(120)
+    assert "saved at world size 2) at world size 2: identical" in j.output(), j.output()

@@ -610,19 +610,14 @@ static void refuse(struct client *c, uint32_t seq, int code, const char *fmt, ..
 	__attribute__((format(printf, 4, 5)));
 static void refuse(struct client *c, uint32_t seq, int code, const char *fmt, ...)
 {
-	struct ckpt_msg m;
+	char why[CKPT_REASON_MAX + 1];
 	va_list ap;
 
-	memset(&m, 0, sizeof(m));
-	m.type = CKPT_MSG_ERROR;
-	m.seq = seq;
-	m.u.error.code = code;
 	va_start(ap, fmt);
-	vsnprintf(m.u.error.message, sizeof(m.u.error.message), fmt, ap);
+	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
-	log_warn("rangeread", "refused job=%s rank=%u error=\"%s\"", c->job->name, c->rank,
-		 m.u.error.message);
-	client_send(c, &m);
+	log_warn("rangeread", "refused job=%s rank=%u error=\"%s\"", c->job->name, c->rank, why);
+	client_send_error(c, seq, code, "%s", why);
 }
 
 void rangeread_start(struct client *c, const struct ckpt_msg *m)

@@ -121,9 +121,7 @@ void client_send_status(struct client *c, uint64_t step, enum ckpt_state state, 
 	client_send(c, &m);
 }
 
-static void send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+void client_send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
 {
 	struct ckpt_msg m;
 	va_list ap;
@@ -224,7 +222,7 @@ static void client_protocol_error(struct client *c, uint32_t seq, int code, cons
 	log_warn("server", "protocol error, disconnecting client=%llu pid=%d job=%s rank=%d error=\"%s\"",
 		 (unsigned long long)c->id, (int)c->pid, c->hello_done ? c->job->name : "-",
 		 c->hello_done ? (int)c->rank : -1, msg);
-	send_error(c, seq, code, "%s", msg);
+	client_send_error(c, seq, code, "%s", msg);
 	client_kill(c, msg);
 }
 
@@ -448,7 +446,7 @@ static void populate_done(void *arg)
 		if (p->result < 0) {
 			log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", c->job->name,
 				 c->rank, p->err);
-			send_error(c, c->hello_seq, p->result, "%s", p->err);
+			client_send_error(c, c->hello_seq, p->result, "%s", p->err);
 			client_kill(c, "arena");
 		} else {
 			hello_finish(c);
@@ -481,7 +479,7 @@ static void hello_job_ready(void *arg, struct job *job, int error, const char *r
 			log_warn("server", "HELLO refused client=%llu job=%s rank=%u pid=%d error=\"%s\"",
 				 (unsigned long long)c->id, hw->h.job, hw->h.rank, (int)c->pid,
 				 reason ? reason : strerror(-error));
-			send_error(c, hw->seq, error, "%s", reason ? reason : strerror(-error));
+			client_send_error(c, hw->seq, error, "%s", reason ? reason : strerror(-error));
 			client_kill(c, "job not available here");
 		}
 	}
@@ -526,7 +524,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 	 * every other client goes on being served. */
 	struct hello_wait *hw = calloc(1, sizeof(*hw));
 	if (!hw) {
-		send_error(c, m->seq, -ENOMEM, "out of memory");
+		client_send_error(c, m->seq, -ENOMEM, "out of memory");
 		client_kill(c, "out of memory");
 		return;
 	}
@@ -539,7 +537,7 @@ static void on_hello(struct client *c, const struct ckpt_msg *m)
 		c->hello_job_wait = false;
 		c->refs--;
 		free(hw);
-		send_error(c, m->seq, -ENOMEM, "out of memory opening job %s", h->job);
+		client_send_error(c, m->seq, -ENOMEM, "out of memory opening job %s", h->job);
 		client_kill(c, "out of memory");
 	}
 }
@@ -554,7 +552,7 @@ static void hello_continue(struct client *c, struct job *job, const struct ckpt_
 		log_warn("server", "rank refused job=%s rank=%u pid=%d world=%u: the connected "
 			 "ranks say world=%u", job->name, h->rank, (int)c->pid, h->world_size,
 			 job->world_size);
-		send_error(c, seq, -CKPT_E_REFUSED,
+		client_send_error(c, seq, -CKPT_E_REFUSED,
 			   "job %s: rank %u says world size %u, connected ranks say %u",
 			   job->name, h->rank, h->world_size, job->world_size);
 		fail_open_steps_world(job, h->rank, h->world_size);
@@ -563,7 +561,7 @@ static void hello_continue(struct client *c, struct job *job, const struct ckpt_
 		return;
 	}
 	if (rank_taken(job, h->rank)) {
-		send_error(c, seq, -CKPT_E_BUSY,
+		client_send_error(c, seq, -CKPT_E_BUSY,
 			   "job %s: rank %u is already connected", job->name, h->rank);
 		client_kill(c, "duplicate rank");
 		job_release(job);
@@ -577,7 +575,7 @@ static void hello_continue(struct client *c, struct job *job, const struct ckpt_
 	if (r < 0) {
 		c->job = NULL;
 		log_warn("server", "arena refused job=%s rank=%u error=\"%s\"", h->job, h->rank, err);
-		send_error(c, seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
+		client_send_error(c, seq, r == -ENOMEM ? -CKPT_E_REFUSED : r, "%s", err);
 		client_kill(c, "arena");
 		job_release(job);
 		return;
@@ -603,7 +601,7 @@ static void hello_continue(struct client *c, struct job *job, const struct ckpt_
 	/* No worker to spare the memory for: do it here. */
 	r = arena_populate(c, err, sizeof(err));
 	if (r < 0) {
-		send_error(c, seq, r, "%s", err);
+		client_send_error(c, seq, r, "%s", err);
 		client_kill(c, "arena");
 		return;
 	}
@@ -650,41 +648,41 @@ static struct step *step_for_client(struct client *c, const struct ckpt_msg *m, 
 	struct step *st;
 
 	if (job_is_committed(job, step)) {
-		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is already committed",
+		client_send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is already committed",
 			   job->name, (unsigned long long)step);
 		return NULL;
 	}
 	st = step_find(job, step);
 	if (st && st->state == STEP_FAILED) {
 		if (c->generation < st->failed_generation) {
-			send_error(c, m->seq, -CKPT_E_ABORTED, "job %s step %llu was abandoned: %s",
+			client_send_error(c, m->seq, -CKPT_E_ABORTED, "job %s step %llu was abandoned: %s",
 				   job->name, (unsigned long long)step, st->reason);
 			return NULL;
 		}
 		if (st->removing || st->inflight) {
-			send_error(c, m->seq, -CKPT_E_BUSY,
+			client_send_error(c, m->seq, -CKPT_E_BUSY,
 				   "job %s step %llu: the abandoned attempt is still being removed",
 				   job->name, (unsigned long long)step);
 			return NULL;
 		}
 		if (step_reopen(st, c->world_size) < 0) {
-			send_error(c, m->seq, -ENOMEM, "out of memory");
+			client_send_error(c, m->seq, -ENOMEM, "out of memory");
 			return NULL;
 		}
 	}
 	if (st && st->state == STEP_COMMITTING) {
-		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is being committed",
+		client_send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu is being committed",
 			   job->name, (unsigned long long)step);
 		return NULL;
 	}
 	if (!st)
 		st = step_get(job, step, c->world_size);
 	if (!st) {
-		send_error(c, m->seq, -ENOMEM, "out of memory");
+		client_send_error(c, m->seq, -ENOMEM, "out of memory");
 		return NULL;
 	}
 	if (st->world_size != c->world_size) {
-		send_error(c, m->seq, -CKPT_E_REFUSED, "job %s step %llu has world size %u, not %u",
+		client_send_error(c, m->seq, -CKPT_E_REFUSED, "job %s step %llu has world size %u, not %u",
 			   job->name, (unsigned long long)step, st->world_size, c->world_size);
 		return NULL;
 	}
@@ -692,13 +690,13 @@ static struct step *step_for_client(struct client *c, const struct ckpt_msg *m, 
 	if (missing >= 0) {
 		coord_fail(st, -CKPT_E_ABORTED, "rank %lld left job %s and has not come back",
 			   (long long)missing, job->name);
-		send_error(c, m->seq, -CKPT_E_ABORTED,
+		client_send_error(c, m->seq, -CKPT_E_ABORTED,
 			   "job %s step %llu cannot commit: rank %lld left the job and has not "
 			   "come back", job->name, (unsigned long long)step, (long long)missing);
 		return NULL;
 	}
 	if (st->votes[c->rank].durable || st->saving[c->rank]) {
-		send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu: rank %u already saved it",
+		client_send_error(c, m->seq, -CKPT_E_EXISTS, "job %s step %llu: rank %u already saved it",
 			   job->name, (unsigned long long)step, c->rank);
 		return NULL;
 	}
@@ -730,7 +728,7 @@ static void on_save(struct client *c, const struct ckpt_msg *m)
 	 * client can change the arena under us. */
 	void *copy = malloc(s->table_bytes ? s->table_bytes : 1);
 	if (!copy) {
-		send_error(c, m->seq, -ENOMEM, "out of memory for a %llu-byte tensor table",
+		client_send_error(c, m->seq, -ENOMEM, "out of memory for a %llu-byte tensor table",
 			   (unsigned long long)s->table_bytes);
 		return;
 	}
@@ -888,7 +886,7 @@ static void send_list(struct client *c, uint32_t seq, const uint64_t *base, size
 	r.type = CKPT_MSG_LIST_OK;
 	r.seq = seq;
 	if (!all) {
-		send_error(c, seq, -ENOMEM, "LIST: out of memory");
+		client_send_error(c, seq, -ENOMEM, "LIST: out of memory");
 		return;
 	}
 	/* Merge two ascending lists, dropping duplicates. */
@@ -1007,12 +1005,12 @@ static void on_restore(struct client *c, const struct ckpt_msg *m)
 	int r = restore_start(c, rq->slot, rq->step, rq->flags, m->seq);
 	if (r == -CKPT_E_NO_CHECKPOINT) {
 		if (rq->step == CKPT_NO_STEP)
-			send_error(c, m->seq, r, "job %s has no committed step", c->job->name);
+			client_send_error(c, m->seq, r, "job %s has no committed step", c->job->name);
 		else
-			send_error(c, m->seq, r, "job %s has no committed step %llu", c->job->name,
+			client_send_error(c, m->seq, r, "job %s has no committed step %llu", c->job->name,
 				   (unsigned long long)rq->step);
 	} else if (r < 0) {
-		send_error(c, m->seq, r, "restore: %s", strerror(-r));
+		client_send_error(c, m->seq, r, "restore: %s", strerror(-r));
 	}
 }
 

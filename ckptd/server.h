@@ -31,5 +31,8 @@ void client_send_status(struct client *c, uint64_t step, enum ckpt_state state,
 			int error, uint32_t slot_freed, const char *reason);
 struct client *job_client_for_rank(struct job *job, uint32_t rank);
 void client_unref(struct client *c);
+/* An ERROR answering request seq (0: none) with code and a reason. */
+void client_send_error(struct client *c, uint32_t seq, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #endif

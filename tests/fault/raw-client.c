@@ -55,7 +55,12 @@ static void put8(struct buf *w, uint8_t v) { w->b[w->n++] = v; }
 static void put16(struct buf *w, uint16_t v) { put8(w, (uint8_t)v); put8(w, (uint8_t)(v >> 8)); }
 static void put32(struct buf *w, uint32_t v) { put16(w, (uint16_t)v); put16(w, (uint16_t)(v >> 16)); }
 static void put64(struct buf *w, uint64_t v) { put32(w, (uint32_t)v); put32(w, (uint32_t)(v >> 32)); }
-static void putbytes(struct buf *w, const void *p, size_t n) { memcpy(w->b + w->n, p, n); w->n += n; }
+static void putbytes(struct buf *w, const void *p, size_t n)
+{
+	if (n) /* p may be NULL for none */
+		memcpy(w->b + w->n, p, n);
+	w->n += n;
+}
 
 static void set32(uint8_t *p, uint32_t v)
 {

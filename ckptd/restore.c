@@ -1045,7 +1045,8 @@ static int restore_begin(struct client *c, uint32_t slot, uint64_t step, uint32_
 		free(rs);
 		return -ENOMEM;
 	}
-	memcpy(rs->root_steps, job->committed, rs->n_root * sizeof(uint64_t));
+	if (rs->n_root) /* job->committed is NULL for none */
+		memcpy(rs->root_steps, job->committed, rs->n_root * sizeof(uint64_t));
 	int r = build_candidates(rs, step, flags);
 	if (r < 0) {
 		uploader_origin_free(&rs->s3);
